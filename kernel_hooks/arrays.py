@@ -1,0 +1,150 @@
+"""Array and tensor data out of band of the pickle: numpy, torch, cupy and jax.
+
+The pickler hands each big buffer to :class:`OutOfBand` as a :class:`Slot` wrapped in a
+``pickle.PickleBuffer``; protocol 5 then writes only a ``NEXT_BUFFER`` marker into the
+pickle, and the loader supplies the buffers, read back in parallel, in the same order.
+Views keep pointing into one shared buffer (numpy arrays into their base array, tensors
+into their storage), so objects that shared memory before the checkpoint still share it.
+Support for each library loads only when the user's code has already imported it.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .buffers import BufferSink, PendingBuffer, Staging, StagingSlot
+
+INLINE_BYTES = 64 << 10
+"""Buffers smaller than this stay inside the pickle: a blob each would cost more."""
+
+Reduction = Any
+
+
+@dataclass
+class BufferSpec:
+    """What the loader must allocate for one out-of-band buffer (stored in the manifest)."""
+
+    kind: str  # "numpy", "torch" or "cupy"
+    device: str  # "cpu" or "cuda:<index in the saving kernel>"
+    nbytes: int
+    var: str | None
+
+
+class Slot:
+    """One buffer to go out of band, created once per underlying memory block."""
+
+    def __init__(self, spec: BufferSpec, store: Callable[[BufferSink], PendingBuffer],
+                 view: memoryview | None) -> None:
+        self.spec = spec
+        self.store = store
+        self.view = view
+
+
+def _loaded(buffer: Any) -> Any:
+    """Rebuild a :class:`Slot`: the loader has already put the finished object there."""
+    return buffer
+
+
+class OutOfBand:
+    """Collects a pickling pass's out-of-band buffers, in ``NEXT_BUFFER`` order.
+
+    With no ``sink`` it only records them: that is the cheap trial pass used to find
+    which variables cannot be pickled.
+    """
+
+    def __init__(self, sink: BufferSink | None) -> None:
+        self.sink = sink
+        self.specs: list[BufferSpec] = []
+        self.pending: list[PendingBuffer] = []
+        self.current_var: str | None = None
+        self._slots: dict[Any, tuple[Any, Slot]] = {}
+        self._by_picklebuffer: dict[int, tuple[pickle.PickleBuffer, Slot]] = {}
+        self._staging: dict[str, Staging] = {}
+        self._counted: set[Any] = set()
+        self.device_bytes: dict[str, int] = {}
+        """Bytes held on each GPU (``cuda:<i>``): what a restoring kernel must have free."""
+
+    def note_device(self, key: Any, device: str, nbytes: int) -> None:
+        """Count memory block ``key`` (once) towards what ``device`` must hold."""
+        if key not in self._counted:
+            self._counted.add(key)
+            self.device_bytes[device] = self.device_bytes.get(device, 0) + nbytes
+
+    def memo(self, key: Any, owner: Any, make: Callable[[], Any]) -> Any:
+        """One object per ``key`` for this pass, so the pickler memoizes and shares it.
+
+        ``owner`` is kept alive for the pass, so an ``id()`` in ``key`` cannot be reused.
+        """
+        hit = self._slots.get(key)
+        if hit is None:
+            hit = self._slots[key] = (owner, make())
+        return hit[1]
+
+    def staging(self, device: str, make: Callable[[], Staging]) -> Staging:
+        if device not in self._staging:
+            self._staging[device] = make()
+        return self._staging[device]
+
+    def reduce_slot(self, slot: Slot) -> Reduction:
+        view = slot.view if slot.view is not None else memoryview(bytearray())
+        buffer = pickle.PickleBuffer(view)
+        self._by_picklebuffer[id(buffer)] = (buffer, slot)
+        return _loaded, (buffer,)
+
+    def buffer_callback(self, buffer: pickle.PickleBuffer) -> bool:
+        """Called by the pickler; False sends the buffer out of band."""
+        hit = self._by_picklebuffer.get(id(buffer))
+        if hit is None:
+            return True  # another library's protocol-5 buffer: keep it in band
+        slot = hit[1]
+        slot.spec.var = self.current_var
+        self.specs.append(slot.spec)
+        if self.sink is not None:
+            self.pending.append(slot.store(self.sink))
+        return False
+
+    def reducers(self) -> dict[type, Callable[[Any], Reduction]]:
+        """Reducers for the array types of the libraries the kernel has imported."""
+        table: dict[type, Callable[[Any], Reduction]] = {Slot: self.reduce_slot}
+        if "numpy" in sys.modules:
+            from . import numpy_arrays
+
+            table.update(numpy_arrays.reducers(self))
+        if "torch" in sys.modules:
+            from . import torch_tensors
+
+            table.update(torch_tensors.reducers(self))
+        if "cupy" in sys.modules:
+            from . import cupy_arrays
+
+            table.update(cupy_arrays.reducers(self))
+        if "jax" in sys.modules:
+            from . import jax_arrays
+
+            table.update(jax_arrays.reducers(self))
+        return table
+
+
+def host_slot(out: OutOfBand, key: Any, owner: Any, kind: str, view: memoryview) -> Slot:
+    """A slot for host memory ``view`` (1-D bytes), written straight from memory."""
+    def make() -> Slot:
+        spec = BufferSpec(kind, "cpu", len(view), None)
+        return Slot(spec, lambda sink: sink.add_host(key, owner, view), view)
+
+    return out.memo(key, owner, make)
+
+
+def staged_slot(out: OutOfBand, key: Any, owner: Any, kind: str, device: str, nbytes: int,
+                copy_out: Callable[[int, int, StagingSlot], None],
+                make_staging: Callable[[], Staging]) -> Slot:
+    """A slot for device memory, copied to the host one staging slot at a time."""
+    def make() -> Slot:
+        spec = BufferSpec(kind, device, nbytes, None)
+        staging = out.staging(device, make_staging)
+        return Slot(spec, lambda sink: sink.add_device(key, owner, nbytes, copy_out, staging), None)
+
+    return out.memo(key, owner, make)

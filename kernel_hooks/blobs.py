@@ -1,0 +1,257 @@
+"""Content-addressed blobs: big buffers cut into chunks, hashed and written in parallel.
+
+A buffer is stored as fixed-size chunks named by their BLAKE3 hash, so a chunk that an
+earlier checkpoint already wrote costs a ``stat`` instead of a write, and a small change to
+a big array rewrites only the chunks it touched. Hashing and writing run on a small thread
+pool (both release the GIL), so the two overlap and the disk stays busy; buffers are read
+and written straight from the caller's memory, never copied whole.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import blake3
+
+from .errors import IntegrityError
+
+DEFAULT_CHUNK_BYTES = 8 << 20
+DEFAULT_WORKERS = 4
+HASH_NAME = "blake3"
+_HEX = frozenset("0123456789abcdef")
+
+Progress = Callable[[int], None]
+
+
+def digest_of(data: memoryview | bytes) -> str:
+    return blake3.blake3(data).hexdigest()
+
+
+def is_digest(text: object) -> bool:
+    return isinstance(text, str) and len(text) == 64 and set(text) <= _HEX
+
+
+def temp_prefix() -> str:
+    """Prefix of this process's temporary files, so cleanup can tell whose they are."""
+    return f".tmp-{socket.gethostname()}-{os.getpid()}-"
+
+
+@dataclass
+class BufferRecord:
+    """Where one buffer's bytes live: its size, chunk size and chunk hashes in order."""
+
+    nbytes: int
+    chunk: int
+    hashes: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nbytes": self.nbytes, "chunk": self.chunk, "hashes": self.hashes}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> BufferRecord:
+        nbytes, chunk, hashes = data["nbytes"], data["chunk"], data["hashes"]
+        expected = -(-nbytes // chunk) if nbytes else 0
+        if len(hashes) != expected or not all(is_digest(h) for h in hashes):
+            raise IntegrityError("a buffer record in the manifest is malformed")
+        return cls(nbytes, chunk, list(hashes))
+
+    def spans(self) -> list[tuple[str, int, int]]:
+        """(hash, offset, length) of each chunk."""
+        return [
+            (h, i * self.chunk, min(self.chunk, self.nbytes - i * self.chunk))
+            for i, h in enumerate(self.hashes)
+        ]
+
+
+@dataclass
+class WriteStats:
+    bytes_written: int = 0
+    bytes_reused: int = 0
+    blobs_written: int = 0
+    blobs_reused: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, nbytes: int, written: bool) -> None:
+        with self._lock:
+            if written:
+                self.bytes_written += nbytes
+                self.blobs_written += 1
+            else:
+                self.bytes_reused += nbytes
+                self.blobs_reused += 1
+
+
+class BlobStore:
+    """The ``blobs/`` folder of one owner's store."""
+
+    def __init__(self, directory: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+                 workers: int = DEFAULT_WORKERS) -> None:
+        self.directory = directory
+        self.chunk_bytes = chunk_bytes
+        self.workers = workers
+
+    def path(self, digest: str) -> Path:
+        if not is_digest(digest):
+            raise IntegrityError(f"{digest!r} is not a blob hash")
+        return self.directory / digest
+
+    def has(self, digest: str, nbytes: int) -> bool:
+        try:
+            return os.stat(self.path(digest)).st_size == nbytes
+        except FileNotFoundError:
+            return False
+
+    def write_file(self, digest: str, fill: Callable[[int], None]) -> None:
+        """Create blob ``digest`` atomically: ``fill(fd)`` writes it, then fsync and rename."""
+        tmp = self.directory / f"{temp_prefix()}{secrets.token_hex(6)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            try:
+                fill(fd)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path(digest))
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+
+    def store_chunk(self, view: memoryview, stats: WriteStats) -> str:
+        digest = digest_of(view)
+        if self.has(digest, len(view)):
+            # Refresh the mtime so garbage collection spares a blob this save reuses.
+            os.utime(self.path(digest))
+            stats.add(len(view), written=False)
+            return digest
+
+        def fill(fd: int) -> None:
+            done = 0
+            while done < len(view):
+                done += os.write(fd, view[done:])
+
+        self.write_file(digest, fill)
+        stats.add(len(view), written=True)
+        return digest
+
+    def read_chunk(self, digest: str, dest: memoryview, what: str) -> None:
+        """Read blob ``digest`` into ``dest`` and check its hash; ``what`` names it in errors."""
+        path = self.path(digest)
+        try:
+            with open(path, "rb", buffering=0) as f:
+                if os.fstat(f.fileno()).st_size != len(dest):
+                    raise IntegrityError(f"blob {path} of {what} has the wrong size")
+                done = 0
+                while done < len(dest):
+                    n = f.readinto(dest[done:])
+                    if not n:
+                        raise IntegrityError(f"blob {path} of {what} is truncated")
+                    done += n
+        except FileNotFoundError:
+            raise IntegrityError(f"blob {path} of {what} is missing") from None
+        if digest_of(dest) != digest:
+            raise IntegrityError(f"blob {path} of {what} is corrupt: its content does not match its hash")
+
+
+class ParallelIO:
+    """A bounded pool that hashes, writes and reads chunks while the caller goes on.
+
+    ``submit`` blocks once ``max_pending`` chunks are in flight, which bounds the memory
+    of staged (for example GPU-to-host) chunks. The first error is re-raised by ``wait``.
+    """
+
+    def __init__(self, workers: int, progress: Progress | None = None) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpuckpt-io")
+        self._slots = threading.BoundedSemaphore(workers * 2)
+        self._futures: list[Future[Any]] = []
+        self._progress = progress
+
+    def submit(self, fn: Callable[..., Any], *args: Any, nbytes: int = 0) -> Future[Any]:
+        self._slots.acquire()
+        try:
+            future = self._pool.submit(fn, *args)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda f: self._finished(f, nbytes))
+        self._futures.append(future)
+        return future
+
+    def _finished(self, future: Future[Any], nbytes: int) -> None:
+        self._slots.release()
+        if self._progress is not None and not future.cancelled() and future.exception() is None:
+            self._progress(nbytes)
+
+    def wait(self) -> None:
+        try:
+            for future in self._futures:
+                future.result()
+        finally:
+            self._futures.clear()
+
+    def close(self) -> None:
+        """Cancel what has not started, wait for what has, and stop the threads."""
+        for future in self._futures:
+            future.cancel()
+        self._pool.shutdown(wait=True)
+
+
+class BlobStream(io.RawIOBase):
+    """A blob written as a stream (the pickle), hashed on the way, named when committed.
+
+    A write error is kept in ``error``, so a caller can tell a full disk from an object
+    that could not be pickled.
+    """
+
+    def __init__(self, blobs: BlobStore) -> None:
+        self.blobs = blobs
+        self.count = 0
+        self.error: OSError | None = None
+        self._hasher = blake3.blake3()
+        self._tmp = blobs.directory / f"{temp_prefix()}{secrets.token_hex(6)}"
+        self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._hasher.update(view)
+        try:
+            done = 0
+            while done < len(view):
+                done += os.write(self._fd, view[done:])
+        except OSError as e:
+            self.error = e
+            raise
+        self.count += len(view)
+        return len(view)
+
+    def commit(self, stats: WriteStats) -> str:
+        """fsync and publish; returns the hash (an identical blob already stored is kept)."""
+        digest = self._hasher.hexdigest()
+        os.fsync(self._fd)
+        os.close(self._fd)
+        self._fd = -1
+        if self.blobs.has(digest, self.count):
+            os.utime(self.blobs.path(digest))
+            self._tmp.unlink()
+            stats.add(self.count, written=False)
+        else:
+            os.replace(self._tmp, self.blobs.path(digest))
+            stats.add(self.count, written=True)
+        return digest
+
+    def discard(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self._tmp.unlink(missing_ok=True)

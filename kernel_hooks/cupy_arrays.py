@@ -1,0 +1,73 @@
+"""cupy arrays: device memory out of band, staged through pinned host buffers.
+
+Contiguous arrays are saved from their own memory; other views are first made
+contiguous on the device. Each array comes back on the GPU of the same index.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import cupy
+import cupyx
+import numpy as np
+
+from .arrays import INLINE_BYTES, OutOfBand, Reduction, staged_slot
+from .blobs import DEFAULT_CHUNK_BYTES, BufferRecord
+from .buffers import BufferSource, Staging, StagingSlot
+
+STAGING_SLOTS = 8
+_runtime = cupy.cuda.runtime
+
+
+def pinned_staging(chunk: int = DEFAULT_CHUNK_BYTES) -> Staging:
+    slots = []
+    for _ in range(STAGING_SLOTS):
+        host = cupyx.empty_pinned((chunk,), dtype=np.uint8)
+        slots.append(StagingSlot(memoryview(host), host))
+    return Staging(slots)
+
+
+def _rebuild_cupy(flat: cupy.ndarray, dtype: Any, shape: tuple[int, ...],
+                  strides: tuple[int, ...]) -> cupy.ndarray:
+    with cupy.cuda.Device(flat.device.id):
+        return cupy.ndarray(shape, dtype, memptr=flat.data, strides=strides)
+
+
+def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
+    def reduce_cupy(arr: cupy.ndarray) -> Reduction:
+        if arr.nbytes < INLINE_BYTES or arr.dtype.hasobject:
+            return NotImplemented
+        if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+            arr = cupy.ascontiguousarray(arr)
+        index = arr.device.id
+        device = f"cuda:{index}"
+        pointer = arr.data.ptr
+        key = ("cupy", device, pointer, arr.nbytes)
+        out.note_device(key, device, arr.nbytes)
+
+        def copy_out(offset: int, length: int, slot: StagingSlot) -> None:
+            with cupy.cuda.Device(index):
+                _runtime.memcpy(slot.native.ctypes.data, pointer + offset, length,
+                                _runtime.memcpyDeviceToHost)
+
+        slot = staged_slot(out, key, arr, "cupy", device, arr.nbytes, copy_out, pinned_staging)
+        return _rebuild_cupy, (slot, arr.dtype, arr.shape, arr.strides)
+
+    return {cupy.ndarray: reduce_cupy}
+
+
+def load(record: BufferRecord, device: str, source: BufferSource, what: str,
+         staging: Callable[[str, int], Staging]) -> cupy.ndarray:
+    index = int(device.split(":")[1])
+    with cupy.cuda.Device(index):
+        flat = cupy.empty(record.nbytes, dtype=cupy.uint8)
+
+    def copy_in(offset: int, length: int, slot: StagingSlot) -> None:
+        with cupy.cuda.Device(index):
+            _runtime.memcpy(flat.data.ptr + offset, slot.native.ctypes.data, length,
+                            _runtime.memcpyHostToDevice)
+
+    source.load_device(record, copy_in, staging(device, record.chunk), what)
+    return flat

@@ -1,0 +1,82 @@
+"""The kernel's own state beside the variables: cell count and code, cwd, sys.path, env.
+
+Stored as JSON in the manifest (nothing here needs unpickling). Environment variables and
+``sys.path`` entries are saved as the difference from the kernel's start, so the restored
+kernel keeps its own launch settings (connection files, GPU assignment) and gets the
+user's additions on top.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Set per kernel process by its launcher; carrying them over would point the restored
+# kernel at the old one's GPUs or connection.
+_LAUNCH_ONLY = frozenset({"CUDA_VISIBLE_DEVICES", "JPY_PARENT_PID", "JPY_SESSION_NAME", "PWD",
+                          "OLDPWD", "_"})
+
+
+@dataclass
+class Baseline:
+    """The kernel's environment and ``sys.path`` when the hooks were loaded."""
+
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    path: list[str] = field(default_factory=lambda: list(sys.path))
+
+
+@dataclass
+class KernelState:
+    execution_count: int
+    history: list[str]
+    cwd: str
+    path_added: list[str]
+    path_prepended: list[str]
+    env_set: dict[str, str]
+    env_unset: list[str]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> KernelState:
+        return cls(**data)
+
+
+def capture(shell: Any, baseline: Baseline) -> KernelState:
+    history = list(shell.history_manager.input_hist_parsed)
+    first_known = next((i for i, p in enumerate(sys.path) if p in baseline.path), len(sys.path))
+    added = [p for p in sys.path if p not in baseline.path]
+    return KernelState(
+        execution_count=int(shell.execution_count),
+        history=history,
+        cwd=os.getcwd(),
+        path_added=[p for p in added if sys.path.index(p) > first_known],
+        path_prepended=[p for p in added if sys.path.index(p) < first_known],
+        env_set={k: v for k, v in os.environ.items()
+                 if baseline.environ.get(k) != v and k not in _LAUNCH_ONLY},
+        env_unset=[k for k in baseline.environ if k not in os.environ and k not in _LAUNCH_ONLY],
+    )
+
+
+def apply(shell: Any, state: KernelState, *, next_count: int) -> list[str]:
+    """Restore ``state`` into ``shell``; return warnings. ``next_count`` numbers the next cell."""
+    warnings = []
+    hist = shell.history_manager
+    hist.input_hist_parsed[:] = state.history
+    hist.input_hist_raw[:] = state.history
+    shell.execution_count = next_count
+    try:
+        os.chdir(state.cwd)
+    except OSError as e:
+        warnings.append(f"could not return to the working directory {state.cwd}: {e.strerror}")
+    for entry in reversed(state.path_prepended):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    sys.path.extend(p for p in state.path_added if p not in sys.path)
+    os.environ.update(state.env_set)
+    for name in state.env_unset:
+        os.environ.pop(name, None)
+    return warnings

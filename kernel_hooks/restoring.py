@@ -1,0 +1,148 @@
+"""Restoring a checkpoint into a fresh kernel (the restore half of the Python API).
+
+Checks run cheapest first and all before anything is unpickled: the manifest's signature
+and owner, the environment (Python and library versions), the GPUs, then every blob's
+hash as it is read. Buffers are read in parallel straight into their final memory (GPU
+memory through pinned staging), and only when everything has loaded is the namespace
+changed, so a failed restore leaves the kernel as it was and the checkpoint as it is.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import devices, environment, kernel_state, pickling, rng
+from .blobs import BufferRecord, ParallelIO, is_digest
+from .buffers import BufferSource, Staging
+from .errors import IntegrityError, RestoreError
+from .report import RestoreReport, SkippedVariable
+from .session import KernelSession, current
+from .store import CheckpointStore
+
+ProgressCallback = Callable[[int, int], None]
+
+
+def _read_pickle(store: CheckpointStore, manifest: dict[str, Any]) -> bytes:
+    digest, nbytes = manifest["pickle"]["hash"], manifest["pickle"]["nbytes"]
+    if not is_digest(digest):
+        raise IntegrityError("the manifest names no valid pickle blob")
+    data = bytearray(nbytes)
+    store.blobs.read_chunk(digest, memoryview(data), "the namespace pickle")
+    return bytes(data)
+
+
+def _load_buffers(store: CheckpointStore, manifest: dict[str, Any], io: ParallelIO) -> list[Any]:
+    source = BufferSource(store.blobs, io)
+    staging: dict[tuple[str, int], Staging] = {}
+
+    def staging_for(kind: str) -> Callable[[str, int], Staging]:
+        def get(device: str, chunk: int) -> Staging:
+            if (kind, chunk) not in staging:
+                module = _module(kind)
+                staging[(kind, chunk)] = module.pinned_staging(chunk)
+            return staging[(kind, chunk)]
+        return get
+
+    loaded = []
+    for i, entry in enumerate(manifest["buffers"]):
+        record = BufferRecord.from_json(entry)
+        what = f"buffer {i} of variable {entry.get('var')!r}"
+        kind, device = entry["kind"], entry["device"]
+        if kind == "numpy":
+            loaded.append(_module(kind).load(record, source, what))
+        elif kind in ("torch", "cupy"):
+            loaded.append(_module(kind).load(record, device, source, what, staging_for(kind)))
+        else:
+            raise RestoreError(f"the checkpoint holds a buffer of unknown kind {kind!r}")
+    io.wait()
+    return loaded
+
+
+def _module(kind: str) -> Any:
+    try:
+        if kind == "numpy":
+            from . import numpy_arrays as module
+        elif kind == "torch":
+            from . import torch_tensors as module
+        else:
+            from . import cupy_arrays as module
+    except ImportError as e:
+        raise RestoreError(f"the checkpoint holds {kind} data but {kind} cannot be imported: {e}") from e
+    return module
+
+
+def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | None = None, *,
+                       progress: ProgressCallback | None = None,
+                       session: KernelSession | None = None,
+                       counted_cell: bool = False) -> RestoreReport:
+    """Restore checkpoint ``checkpoint_id`` into the kernel ``shell`` runs in.
+
+    Parameters
+    ----------
+    shell
+        The kernel's ``InteractiveShell``; its namespace receives the variables.
+    checkpoint_id
+        The id printed by ``%gpuckpt save`` or returned by :func:`save_checkpoint`.
+    store
+        Where to read; the current user's default store if omitted.
+    progress
+        ``progress(bytes_done, bytes_total)``, called from I/O threads.
+    counted_cell
+        True when called from a cell that IPython numbers when it finishes (the magic),
+        so that either way the next cell gets the checkpoint's count plus one.
+
+    Raises
+    ------
+    RestoreError
+        With the reason (signature, versions, GPUs, a corrupt blob); the namespace and
+        the checkpoint are untouched.
+    """
+    started = time.perf_counter()
+    session = session or current()
+    store = store or CheckpointStore()
+    manifest = store.read_manifest(checkpoint_id)
+    warnings = environment.check(manifest["environment"])
+    if manifest["devices"]:
+        devices.check(manifest["devices"], devices.free_memory())
+    total = manifest["pickle"]["nbytes"] + sum(b["nbytes"] for b in manifest["buffers"])
+    done = [0]
+
+    def on_bytes(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(done[0], total)
+
+    io = ParallelIO(store.blobs.workers, on_bytes)
+    try:
+        data = _read_pickle(store, manifest)
+        buffers = _load_buffers(store, manifest, io)
+        payload = pickling.load(data, buffers)
+    except RestoreError:
+        raise
+    except OSError as e:
+        raise RestoreError(f"could not read checkpoint {checkpoint_id}: {e.strerror or e}") from e
+    except Exception as e:
+        raise RestoreError(
+            f"could not rebuild the variables of checkpoint {checkpoint_id}: {type(e).__name__}: {e}"
+        ) from e
+    finally:
+        io.close()
+
+    *variables, (_, rng_states) = payload
+    shell.user_ns.update(variables)
+    rng.apply(rng_states)
+    state = kernel_state.KernelState.from_json(manifest["kernel"])
+    next_count = state.execution_count + (0 if counted_cell else 1)
+    warnings += kernel_state.apply(shell, state, next_count=next_count)
+    session.last_checkpoint = checkpoint_id
+    skipped = [
+        SkippedVariable(v["name"], v["type"], v["reason"], v["cells"])
+        for v in manifest["variables"] if v["status"] == "skipped"
+    ]
+    return RestoreReport(
+        id=checkpoint_id, restored=[name for name, _ in variables], nbytes=total,
+        skipped=skipped, warnings=warnings, seconds=time.perf_counter() - started,
+    )
+

@@ -1,0 +1,188 @@
+"""Taking a checkpoint of a live kernel (the save half of the Python API).
+
+One pickling pass writes the namespace pickle while the buffers it meets are hashed and
+written in the background. If some variable cannot be pickled, each variable is probed
+alone (writing nothing) and the pass is redone without the failures; buffers already
+stored are not hashed again. The manifest is signed and published last, so a failure at
+any point leaves no checkpoint and the previous ones intact; the namespace is only read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+from . import devices, environment, kernel_state, rng
+from .arrays import OutOfBand
+from .blobs import BlobStream, ParallelIO, WriteStats
+from .buffers import BufferSink
+from .errors import SaveError
+from .history import cells_assigning
+from .namespace import user_variables
+from .pickling import NamespacePickler, Variable, probe
+from .report import SaveResult, SkippedVariable
+from .session import KernelSession, current
+from .store import FORMAT_VERSION, CheckpointStore
+
+ProgressCallback = Callable[[int, "int | None"], None]
+"""``progress(bytes_done, bytes_total)``; the total is None until pickling has finished."""
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _reason(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+class _Pass:
+    """One pickling pass over the variables, into a new pickle blob."""
+
+    def __init__(self, store: CheckpointStore, sink: BufferSink, namespace: dict[str, Any],
+                 variables: dict[str, Any], rng_states: dict[str, Any]) -> None:
+        self.out = OutOfBand(sink)
+        self.stream = BlobStream(store.blobs)
+        self.starts: list[tuple[str | None, int]] = []
+        self.pickler = NamespacePickler(
+            self.stream, self.out, namespace,
+            on_variable=lambda name: self.starts.append((name, self.stream.count)),
+        )
+        self.sizes: dict[str, int] = {}
+        payload = [Variable(name, value) for name, value in variables.items()]
+        payload.append(Variable(None, rng_states))
+        self.payload = payload
+
+    def run(self) -> None:
+        self.pickler.dump(self.payload)
+        starts = self.starts
+        ends = [pos for _, pos in starts[1:]] + [self.stream.count]
+        for (name, start), end in zip(starts, ends):
+            if name is not None:
+                self.sizes[name] = end - start
+        for spec in self.out.specs:
+            if spec.var is not None:
+                self.sizes[spec.var] = self.sizes.get(spec.var, 0) + spec.nbytes
+
+
+def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
+                    kernel_id: str | None = None, kernelspec: str | None = None,
+                    notebook: str | None = None, progress: ProgressCallback | None = None,
+                    session: KernelSession | None = None) -> SaveResult:
+    """Checkpoint the kernel ``shell`` runs in; the kernel keeps running unchanged.
+
+    Parameters
+    ----------
+    shell
+        The kernel's ``InteractiveShell``.
+    store
+        Where to write; the current user's default store if omitted.
+    kernel_id, kernelspec, notebook
+        Recorded in the manifest, for the server's listing.
+    progress
+        Called from I/O threads as bytes are hashed and written.
+    session
+        The process's :class:`KernelSession` (its last checkpoint becomes the parent).
+
+    Raises
+    ------
+    SaveError
+        Nothing was published; the previous checkpoints are intact.
+    """
+    started = time.perf_counter()
+    session = session or current()
+    store = store or CheckpointStore()
+    store.prepare()
+    store.clean_stale()
+    namespace = shell.user_ns
+    variables = user_variables(namespace, shell.user_ns_hidden)
+    state = kernel_state.capture(shell, session.baseline)
+    rng_states = rng.capture()
+    stats = WriteStats()
+    done = [0]
+    total: list[int | None] = [None]
+
+    def on_bytes(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(done[0], total[0])
+
+    io = ParallelIO(store.blobs.workers, on_bytes)
+    sink = BufferSink(store.blobs, io, stats)
+    failures: dict[str, str] = {}
+    passes: list[_Pass] = []
+    try:
+        while True:
+            todo = {k: v for k, v in variables.items() if k not in failures}
+            current_pass = _Pass(store, sink, namespace, todo, rng_states)
+            passes.append(current_pass)
+            try:
+                current_pass.run()
+                break
+            except Exception as e:
+                current_pass.stream.discard()
+                if current_pass.stream.error is not None or len(passes) > 2:
+                    raise SaveError(f"checkpoint failed while writing the namespace: {_reason(e)}") from e
+                found = probe(namespace, todo, _reason)
+                if not found:
+                    raise SaveError(f"checkpoint failed while pickling: {_reason(e)}") from e
+                failures.update(found)
+        total[0] = sum(spec.nbytes for spec in current_pass.out.specs)
+        io.wait()
+        records = [p.record() for p in current_pass.out.pending]
+        pickle_hash = current_pass.stream.commit(stats)
+    except SaveError:
+        raise
+    except OSError as e:
+        raise SaveError(f"checkpoint failed writing to {store.base}: {e.strerror or e}") from e
+    finally:
+        io.close()
+        for p in passes:
+            p.stream.discard()
+
+    out = current_pass.out
+    cells = cells_assigning(state.history, failures)
+    skipped = [SkippedVariable(n, _type_name(variables[n]), failures[n], cells[n]) for n in failures]
+    checkpoint_id = store.new_id()
+    pickle_bytes = current_pass.stream.count
+    bytes_total = pickle_bytes + sum(r.nbytes for r in records)
+    manifest = {
+        "format": FORMAT_VERSION,
+        "id": checkpoint_id,
+        "parent": session.last_checkpoint,
+        "owner": store.owner,
+        "kernel_id": kernel_id,
+        "kernelspec": kernelspec,
+        "notebook": notebook,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "execution_count": state.execution_count,
+        "kernel": state.to_json(),
+        "environment": {**environment.record(current_pass.pickler.module_names()),
+                        "gpus": devices.describe(out.device_bytes)},
+        "devices": out.device_bytes,
+        "variables": [
+            {"name": name, "type": _type_name(value), "size": current_pass.sizes.get(name, 0),
+             "device": next((s.device for s in out.specs if s.var == name and s.device != "cpu"), "cpu"),
+             "status": "saved"}
+            for name, value in variables.items() if name not in failures
+        ] + [{"name": s.name, "type": s.type, "status": "skipped", "reason": s.reason,
+              "cells": s.cells} for s in skipped],
+        "pickle": {"hash": pickle_hash, "nbytes": pickle_bytes},
+        "buffers": [
+            {"kind": spec.kind, "device": spec.device, "var": spec.var, **record.to_json()}
+            for spec, record in zip(out.specs, records)
+        ],
+        "stats": {"bytes_total": bytes_total, "bytes_written": stats.bytes_written,
+                  "seconds": round(time.perf_counter() - started, 3)},
+    }
+    store.commit(manifest)
+    session.last_checkpoint = checkpoint_id
+    return SaveResult(
+        id=checkpoint_id, parent=manifest["parent"], variables=len(variables) - len(failures),
+        skipped=skipped, bytes_total=bytes_total, bytes_written=stats.bytes_written,
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,123 @@
+"""torch tensors: storages out of band, CUDA memory staged through pinned host buffers.
+
+A tensor is saved as its storage plus offset, size, stride, dtype, ``requires_grad``,
+``.grad`` and its Python attributes, so views of one storage share it again after restore,
+and a model's parameters stay the very objects its optimizer refers to. CUDA storages are
+copied off the GPU chunk by chunk (never ``.cpu()`` on a whole model) and come back on the
+GPU of the same index among those the restoring kernel can see.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot, staged_slot
+from .blobs import DEFAULT_CHUNK_BYTES, BufferRecord
+from .buffers import BufferSource, Staging, StagingSlot
+
+STAGING_SLOTS = 8
+
+
+def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
+    """A flat uint8 tensor over ``storage``'s memory (no copy)."""
+    return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+
+
+def pinned_staging(chunk: int = DEFAULT_CHUNK_BYTES) -> Staging:
+    slots = []
+    for _ in range(STAGING_SLOTS):
+        host = torch.empty(chunk, dtype=torch.uint8, pin_memory=True)
+        slots.append(StagingSlot(memoryview(host.numpy()), host))
+    return Staging(slots)
+
+
+def _storage_from_bytes(data: bytes, device: str) -> torch.UntypedStorage:
+    host = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return host.to(device).untyped_storage()
+
+
+def _rebuild_tensor(storage: torch.UntypedStorage, offset: int, size: tuple[int, ...],
+                    stride: tuple[int, ...], dtype: torch.dtype, requires_grad: bool,
+                    grad: torch.Tensor | None, is_parameter: bool,
+                    attrs: dict[str, Any] | None) -> torch.Tensor:
+    tensor = torch.empty(0, dtype=dtype, device=storage.device).set_(storage, offset, size, stride)
+    if is_parameter:
+        tensor = torch.nn.Parameter(tensor, requires_grad=requires_grad)
+    elif requires_grad:
+        tensor.requires_grad_(True)
+    if grad is not None:
+        tensor.grad = grad
+    if attrs:
+        tensor.__dict__.update(attrs)
+    return tensor
+
+
+class _SmallStorage:
+    """A storage under ``INLINE_BYTES``: its bytes go in the pickle, still shared by views."""
+
+    def __init__(self, storage: torch.UntypedStorage) -> None:
+        self.data = _bytes_of(storage).cpu().numpy().tobytes()
+        self.device = str(storage.device)
+
+
+def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
+    def storage_for(storage: torch.UntypedStorage) -> Any:
+        device = storage.device
+        key = ("torch", str(device), storage.data_ptr(), storage.nbytes())
+        nbytes = storage.nbytes()
+        if device.type == "cuda":
+            out.note_device(key, f"cuda:{device.index}", nbytes)
+        if nbytes < INLINE_BYTES:
+            return out.memo(key, storage, lambda: _SmallStorage(storage))
+        if device.type == "cpu":
+            return host_slot(out, key, storage, "torch", memoryview(_bytes_of(storage).numpy()))
+        source = _bytes_of(storage)
+
+        def copy_out(offset: int, length: int, slot: StagingSlot) -> None:
+            slot.native[:length].copy_(source[offset:offset + length])
+
+        return staged_slot(out, key, storage, "torch", f"cuda:{device.index}", nbytes,
+                           copy_out, pinned_staging)
+
+    def reduce_tensor(tensor: torch.Tensor) -> Reduction:
+        if (tensor.layout != torch.strided or tensor.is_quantized or tensor.is_nested
+                or tensor.device.type not in ("cpu", "cuda")):
+            return NotImplemented
+        grad = tensor.grad if tensor.is_leaf else None
+        return _rebuild_tensor, (
+            storage_for(tensor.untyped_storage()), tensor.storage_offset(), tuple(tensor.shape),
+            tensor.stride(), tensor.dtype, tensor.requires_grad, grad,
+            isinstance(tensor, torch.nn.Parameter), dict(tensor.__dict__) or None,
+        )
+
+    def reduce_small(small: _SmallStorage) -> Reduction:
+        return _storage_from_bytes, (small.data, small.device)
+
+    return {torch.Tensor: reduce_tensor, torch.nn.Parameter: reduce_tensor,
+            _SmallStorage: reduce_small}
+
+
+def load(record: BufferRecord, device: str, source: BufferSource, what: str,
+         staging: Callable[[str, int], Staging]) -> torch.UntypedStorage:
+    if device == "cpu":
+        flat = torch.empty(record.nbytes, dtype=torch.uint8)
+        source.load_host(record, memoryview(flat.numpy()), what)
+        return flat.untyped_storage()
+    flat = torch.empty(record.nbytes, dtype=torch.uint8, device=device)
+
+    def copy_in(offset: int, length: int, slot: StagingSlot) -> None:
+        flat[offset:offset + length].copy_(slot.native[:length])
+
+    source.load_device(record, copy_in, staging(device, record.chunk), what)
+    return flat.untyped_storage()
+
+
+def free_bytes(index: int) -> int:
+    return int(torch.cuda.mem_get_info(index)[0])
+
+
+def visible_gpus() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -39,10 +39,13 @@ def _rebuild_ndarray(buffer: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]
 
 def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
     def reduce_ndarray(arr: np.ndarray) -> Reduction:
-        if arr.dtype.hasobject or arr.nbytes < INLINE_BYTES:
+        if arr.dtype.hasobject:
             return NotImplemented
         owner = _owner(arr)
-        if not (owner.flags.c_contiguous or owner.flags.f_contiguous):
+        contiguous = owner.flags.c_contiguous or owner.flags.f_contiguous
+        if arr.nbytes < INLINE_BYTES and (owner.nbytes < INLINE_BYTES or not contiguous):
+            return NotImplemented
+        if not contiguous:
             # A view of foreign memory with gaps: only its own elements can be saved.
             owner = np.ascontiguousarray(arr)
             source = arr

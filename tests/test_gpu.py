@@ -1,0 +1,83 @@
+"""CUDA save and restore on a real GPU (``pytest -m gpu`` on a lent GPU machine).
+
+The same code paths run on CPU machines through tests/test_roundtrip.py (torch CPU
+tensors) and tests/test_devices.py (the staging ring and the placement check).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
+]
+
+CUDA_STATE = """
+import torch
+torch.manual_seed(3)
+big = torch.randn(64 * 1024 * 1024, device="cuda")            # 256 MiB: many staged chunks
+half_view = big[1000:2000]
+grid = big[: 1 << 20].view(1024, 1024).t()
+model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512)).cuda()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x = torch.randn(64, 512, device="cuda")
+for _ in range(2):
+    opt.zero_grad(); model(x).pow(2).mean().backward(); opt.step()
+checksum = (round(big.sum().item(), 1), [round(p.sum().item(), 4) for p in model.parameters()])
+"""
+
+
+def test_cuda_tensors_model_and_optimizer_round_trip(kernels):
+    saver = kernels.start()
+    saver.ok(CUDA_STATE)
+    checkpoint = saver.save()
+    expected = saver.value("(checksum, torch.cuda.rand(2).tolist())")
+
+    manifest = json.loads((kernels.store / getpass.getuser() / "checkpoints" / checkpoint / "manifest.json").read_text())
+    assert manifest["devices"]["cuda:0"] >= 256 << 20
+    assert manifest["environment"]["gpus"][0]["device"] == "cuda:0"
+    assert any(b["device"] == "cuda:0" and len(b["hashes"]) > 1 for b in manifest["buffers"])
+
+    fresh = kernels.start()
+    fresh.ok(f"%gpuckpt restore {checkpoint}")
+    assert fresh.value("((round(big.sum().item(), 1), [round(p.sum().item(), 4) for p in model.parameters()]),"
+                       " torch.cuda.rand(2).tolist())") == (expected[0], expected[1])
+    assert fresh.value("(str(big.device), str(model[0].weight.device), str(opt.state[model[0].weight]['exp_avg'].device))") == (
+        "cuda:0", "cuda:0", "cuda:0")
+    assert fresh.value("(half_view.untyped_storage().data_ptr() == big.untyped_storage().data_ptr(), grid.stride())") == (
+        True, (1, 1024))
+    assert fresh.value("opt.param_groups[0]['params'][0] is model[0].weight") is True
+    assert fresh.value("(model[0].weight.grad is not None, str(model[0].weight.grad.device))") == (True, "cuda:0")
+
+
+def test_restore_refused_when_the_gpu_has_too_little_free_memory(kernels):
+    saver = kernels.start()
+    saver.ok("import torch\nt = torch.ones(1 << 20, device='cuda')")
+    checkpoint = saver.save()
+    path = kernels.store / getpass.getuser() / "checkpoints" / checkpoint / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["devices"] = {"cuda:0": 1 << 50}
+    from kernel_hooks.signing import SigningKey
+
+    manifest["signature"] = SigningKey(kernels.data_dir / "gpuckpt" / "signing.key").sign(manifest)
+    path.write_text(json.dumps(manifest))
+    fresh = kernels.start()
+    outcome = fresh.run(f"%gpuckpt restore {checkpoint}")
+    assert outcome.error is not None and "GiB on cuda:0; only" in outcome.error
+    assert fresh.value("'t' in dir()") is False
+
+
+def test_cupy_arrays_round_trip(kernels):
+    pytest.importorskip("cupy")
+    saver = kernels.start()
+    saver.ok("import cupy as cp\nca = cp.arange(4_000_000, dtype=cp.float32)\ncv = ca[::2]")
+    checkpoint = saver.save()
+    fresh = kernels.start()
+    fresh.ok(f"%gpuckpt restore {checkpoint}")
+    assert fresh.value("(type(ca).__name__, float(ca[123457]), float(cv[10]), ca.device.id)") == (
+        "ndarray", 123457.0, 20.0, 0)

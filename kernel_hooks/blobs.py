@@ -162,33 +162,29 @@ class BlobStore:
 
 
 class ParallelIO:
-    """A bounded pool that hashes, writes and reads chunks while the caller goes on.
+    """A thread pool that hashes, writes and reads chunks while the caller goes on.
 
-    ``submit`` blocks once ``max_pending`` chunks are in flight, which bounds the memory
-    of staged (for example GPU-to-host) chunks. The first error is re-raised by ``wait``.
+    Queued chunks are views of memory that exists anyway; staged device chunks are
+    bounded by their staging ring. The first error is re-raised by ``wait``.
     """
 
     def __init__(self, workers: int, progress: Progress | None = None) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpuckpt-io")
-        self._slots = threading.BoundedSemaphore(workers * 2)
         self._futures: list[Future[Any]] = []
         self._progress = progress
+        self._progress_lock = threading.Lock()
 
     def submit(self, fn: Callable[..., Any], *args: Any, nbytes: int = 0) -> Future[Any]:
-        self._slots.acquire()
-        try:
-            future = self._pool.submit(fn, *args)
-        except BaseException:
-            self._slots.release()
-            raise
-        future.add_done_callback(lambda f: self._finished(f, nbytes))
+        future = self._pool.submit(fn, *args)
+        if self._progress is not None:
+            future.add_done_callback(lambda f: self._finished(f, nbytes))
         self._futures.append(future)
         return future
 
     def _finished(self, future: Future[Any], nbytes: int) -> None:
-        self._slots.release()
         if self._progress is not None and not future.cancelled() and future.exception() is None:
-            self._progress(nbytes)
+            with self._progress_lock:  # callers keep running totals
+                self._progress(nbytes)
 
     def wait(self) -> None:
         try:

@@ -24,13 +24,13 @@ from .store import CheckpointStore
 ProgressCallback = Callable[[int, int], None]
 
 
-def _read_pickle(store: CheckpointStore, manifest: dict[str, Any]) -> bytes:
+def _read_pickle(store: CheckpointStore, manifest: dict[str, Any]) -> bytearray:
     digest, nbytes = manifest["pickle"]["hash"], manifest["pickle"]["nbytes"]
     if not is_digest(digest):
         raise IntegrityError("the manifest names no valid pickle blob")
     data = bytearray(nbytes)
     store.blobs.read_chunk(digest, memoryview(data), "the namespace pickle")
-    return bytes(data)
+    return data
 
 
 def _load_buffers(store: CheckpointStore, manifest: dict[str, Any], io: ParallelIO) -> list[Any]:

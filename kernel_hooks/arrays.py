@@ -14,7 +14,7 @@ import pickle
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from .buffers import BufferSink, PendingBuffer, Staging, StagingSlot
 
@@ -135,7 +135,7 @@ def host_slot(out: OutOfBand, key: Any, owner: Any, kind: str, view: memoryview)
         spec = BufferSpec(kind, "cpu", len(view), None)
         return Slot(spec, lambda sink: sink.add_host(key, owner, view), view)
 
-    return out.memo(key, owner, make)
+    return cast(Slot, out.memo(key, owner, make))
 
 
 def staged_slot(out: OutOfBand, key: Any, owner: Any, kind: str, device: str, nbytes: int,
@@ -147,4 +147,4 @@ def staged_slot(out: OutOfBand, key: Any, owner: Any, kind: str, device: str, nb
         staging = out.staging(device, make_staging)
         return Slot(spec, lambda sink: sink.add_device(key, owner, nbytes, copy_out, staging), None)
 
-    return out.memo(key, owner, make)
+    return cast(Slot, out.memo(key, owner, make))

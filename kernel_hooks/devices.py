@@ -8,6 +8,7 @@ at once with the reason.
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from typing import Any
 
@@ -51,18 +52,16 @@ def check(needs: dict[str, int], free: list[int]) -> None:
 
 def free_memory() -> list[int]:
     """Free bytes on each visible GPU, from whichever GPU library the kernel can import."""
-    try:
+    if importlib.util.find_spec("torch") is not None:
         import torch
-    except ImportError:
-        torch = None
-    if torch is not None:
+
         if not torch.cuda.is_available():
             return []
         return [int(torch.cuda.mem_get_info(i)[0]) for i in range(torch.cuda.device_count())]
-    try:
-        import cupy
-    except ImportError:
+    if importlib.util.find_spec("cupy") is None:
         return []
+    import cupy
+
     runtime = cupy.cuda.runtime
     free = []
     for i in range(runtime.getDeviceCount()):

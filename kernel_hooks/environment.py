@@ -22,7 +22,7 @@ from .errors import IncompatibleError
 
 @functools.lru_cache(maxsize=1)
 def _distributions() -> dict[str, list[str]]:
-    return metadata.packages_distributions()
+    return dict(metadata.packages_distributions())
 
 
 def libraries(module_names: Iterable[str]) -> dict[str, str]:

@@ -14,7 +14,7 @@ import numpy as np
 from .arrays import OutOfBand, Reduction
 
 
-def _rebuild_jax(host: np.ndarray, platform: str, device_id: int) -> jax.Array:
+def _rebuild_jax(host: np.ndarray, platform: str, device_id: int) -> Any:
     try:
         devices = jax.devices(platform)
     except RuntimeError:

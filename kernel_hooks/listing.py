@@ -57,5 +57,5 @@ def format_table(infos: list[CheckpointInfo]) -> str:
         rows.append((info.id, created, human_bytes(info.nbytes), variables, info.parent or "-"))
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     return "\n".join(
-        "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths)) + "  " + row[4] for row in rows
+        "  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4] for row in rows
     )

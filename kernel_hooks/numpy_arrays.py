@@ -51,7 +51,7 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
             source = arr
         else:
             source = owner
-        view = memoryview(owner.ravel(order="K").view(np.uint8))
+        view = owner.ravel(order="K").view(np.uint8).data
         slot = host_slot(out, ("numpy", id(source)), (source, owner), "numpy", view)
         offset = _address(arr) - _address(owner) if source is owner else 0
         strides = arr.strides if source is owner else owner.strides
@@ -63,5 +63,5 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
 
 def load(record: BufferRecord, source: BufferSource, what: str) -> np.ndarray:
     buffer = np.empty(record.nbytes, np.uint8)
-    source.load_host(record, memoryview(buffer), what)
+    source.load_host(record, buffer.data, what)
     return buffer

@@ -20,7 +20,7 @@ import pickle
 import sys
 import types
 from collections.abc import Callable, Iterable
-from typing import IO, Any
+from typing import Any
 
 import cloudpickle
 
@@ -47,7 +47,7 @@ class _EmptyCell:
 
 def _target_namespace() -> dict[str, Any]:
     """The namespace notebook functions run in, in the kernel that unpickles them."""
-    from IPython import get_ipython
+    from IPython.core.getipython import get_ipython
 
     shell = get_ipython()
     return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
@@ -59,7 +59,7 @@ def _make_function(code: types.CodeType, name: str,
 
 
 def _set_function_state(func: types.FunctionType, state: dict[str, Any]) -> types.FunctionType:
-    for cell, value in zip(func.__closure__ or (), state.pop("cells")):
+    for cell, value in zip(func.__closure__ or (), state.pop("cells"), strict=True):
         if value is not _EmptyCell:
             cell.cell_contents = value
     func.__dict__.update(state.pop("dict"))
@@ -88,10 +88,10 @@ def _reduce_notebook_function(func: types.FunctionType) -> Any:
     return _make_function, (func.__code__, func.__name__, cells), state, None, None, _set_function_state
 
 
-class NamespacePickler(cloudpickle.Pickler):
+class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
     """Pickles :class:`Variable` lists for one kernel namespace (see the module doc)."""
 
-    def __init__(self, file: IO[bytes], out: OutOfBand, namespace: dict[str, Any],
+    def __init__(self, file: io.RawIOBase, out: OutOfBand, namespace: dict[str, Any],
                  on_variable: Callable[[str | None], None] | None = None) -> None:
         # cloudpickle's table is a ChainMap, which the C pickler must call into Python to
         # search for every object; a plain dict snapshot is looked up in C (30% faster on

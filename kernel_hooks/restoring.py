@@ -9,6 +9,7 @@ changed, so a failed restore leaves the kernel as it was and the checkpoint as i
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -50,27 +51,25 @@ def _load_buffers(store: CheckpointStore, manifest: dict[str, Any], io: Parallel
         record = BufferRecord.from_json(entry)
         what = f"buffer {i} of variable {entry.get('var')!r}"
         kind, device = entry["kind"], entry["device"]
+        if kind not in _MODULES:
+            raise RestoreError(f"the checkpoint holds a buffer of unknown kind {kind!r}")
         if kind == "numpy":
             loaded.append(_module(kind).load(record, source, what))
-        elif kind in ("torch", "cupy"):
-            loaded.append(_module(kind).load(record, device, source, what, staging_for(kind)))
         else:
-            raise RestoreError(f"the checkpoint holds a buffer of unknown kind {kind!r}")
+            loaded.append(_module(kind).load(record, device, source, what, staging_for(kind)))
     io.wait()
     return loaded
 
 
+_MODULES = {"numpy": "numpy_arrays", "torch": "torch_tensors", "cupy": "cupy_arrays"}
+
+
 def _module(kind: str) -> Any:
+    """The support module for ``kind``, imported only now (it imports the library)."""
     try:
-        if kind == "numpy":
-            from . import numpy_arrays as module
-        elif kind == "torch":
-            from . import torch_tensors as module
-        else:
-            from . import cupy_arrays as module
+        return importlib.import_module(f".{_MODULES[kind]}", __package__)
     except ImportError as e:
         raise RestoreError(f"the checkpoint holds {kind} data but {kind} cannot be imported: {e}") from e
-    return module
 
 
 def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | None = None, *,

@@ -61,7 +61,7 @@ class _Pass:
         self.pickler.dump(self.payload)
         starts = self.starts
         ends = [pos for _, pos in starts[1:]] + [self.stream.count]
-        for (name, start), end in zip(starts, ends):
+        for (name, start), end in zip(starts, ends, strict=True):
             if name is not None:
                 self.sizes[name] = end - start
         for spec in self.out.specs:
@@ -174,15 +174,15 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
         "pickle": {"hash": pickle_hash, "nbytes": pickle_bytes},
         "buffers": [
             {"kind": spec.kind, "device": spec.device, "var": spec.var, **record.to_json()}
-            for spec, record in zip(out.specs, records)
+            for spec, record in zip(out.specs, records, strict=True)
         ],
         "stats": {"bytes_total": bytes_total, "bytes_written": stats.bytes_written,
                   "seconds": round(time.perf_counter() - started, 3)},
     }
     store.commit(manifest)
-    session.last_checkpoint = checkpoint_id
+    parent, session.last_checkpoint = session.last_checkpoint, checkpoint_id
     return SaveResult(
-        id=checkpoint_id, parent=manifest["parent"], variables=len(variables) - len(failures),
+        id=checkpoint_id, parent=parent, variables=len(variables) - len(failures),
         skipped=skipped, bytes_total=bytes_total, bytes_written=stats.bytes_written,
         seconds=time.perf_counter() - started,
     )

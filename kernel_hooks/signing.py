@@ -57,9 +57,12 @@ class SigningKey:
                     f"signing key {self.path} is readable by others (mode {oct(mode & 0o777)}); "
                     "run `chmod 600` on it before checkpoints can be trusted"
                 ) from None
-            key = bytes.fromhex(self.path.read_text().strip())
+            try:
+                key = bytes.fromhex(self.path.read_text().strip())
+            except ValueError:
+                key = b""
             if len(key) < 32:
-                raise IntegrityError(f"signing key {self.path} is too short or damaged")
+                raise IntegrityError(f"signing key {self.path} is too short or damaged") from None
             return key
         key = secrets.token_bytes(32)
         with os.fdopen(fd, "w") as f:

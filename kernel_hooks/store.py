@@ -120,7 +120,7 @@ class CheckpointStore:
 
     def commit(self, manifest: dict[str, Any]) -> Path:
         """Sign ``manifest`` and publish it atomically as checkpoint ``manifest['id']``."""
-        checkpoint_id = manifest["id"]
+        checkpoint_id: str = manifest["id"]
         if not is_checkpoint_id(checkpoint_id):
             raise SaveError(f"{checkpoint_id!r} is not a checkpoint id")
         manifest["signature"] = self.key.sign(manifest)

@@ -30,7 +30,7 @@ def pinned_staging(chunk: int = DEFAULT_CHUNK_BYTES) -> Staging:
     slots = []
     for _ in range(STAGING_SLOTS):
         host = torch.empty(chunk, dtype=torch.uint8, pin_memory=True)
-        slots.append(StagingSlot(memoryview(host.numpy()), host))
+        slots.append(StagingSlot(host.numpy().data, host))
     return Staging(slots)
 
 
@@ -73,7 +73,7 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
         if nbytes < INLINE_BYTES:
             return out.memo(key, storage, lambda: _SmallStorage(storage))
         if device.type == "cpu":
-            return host_slot(out, key, storage, "torch", memoryview(_bytes_of(storage).numpy()))
+            return host_slot(out, key, storage, "torch", _bytes_of(storage).numpy().data)
         source = _bytes_of(storage)
 
         def copy_out(offset: int, length: int, slot: StagingSlot) -> None:
@@ -104,7 +104,7 @@ def load(record: BufferRecord, device: str, source: BufferSource, what: str,
          staging: Callable[[str, int], Staging]) -> torch.UntypedStorage:
     if device == "cpu":
         flat = torch.empty(record.nbytes, dtype=torch.uint8)
-        source.load_host(record, memoryview(flat.numpy()), what)
+        source.load_host(record, flat.numpy().data, what)
         return flat.untyped_storage()
     flat = torch.empty(record.nbytes, dtype=torch.uint8, device=device)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import getpass
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,6 +12,8 @@ from queue import Empty
 from typing import Any
 
 from jupyter_client.manager import KernelManager
+
+from kernel_hooks.signing import SigningKey
 
 
 @dataclass
@@ -107,6 +111,17 @@ class KernelFactory:
         if load_hooks:
             kernel.ok("%load_ext kernel_hooks")
         return kernel
+
+    def manifest_path(self, checkpoint_id: str) -> Path:
+        return self.store / getpass.getuser() / "checkpoints" / checkpoint_id / "manifest.json"
+
+    def manifest(self, checkpoint_id: str) -> dict[str, Any]:
+        return dict(json.loads(self.manifest_path(checkpoint_id).read_text()))
+
+    def rewrite_manifest(self, checkpoint_id: str, manifest: dict[str, Any]) -> None:
+        """Write ``manifest`` back, signed with this factory's key (a tampering owner)."""
+        manifest["signature"] = SigningKey(self.data_dir / "gpuckpt" / "signing.key").sign(manifest)
+        self.manifest_path(checkpoint_id).write_text(json.dumps(manifest))
 
     def close(self) -> None:
         for kernel in self.kernels:

@@ -7,8 +7,6 @@ device memory.
 
 from __future__ import annotations
 
-import getpass
-import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +16,6 @@ from kernel_hooks.blobs import BlobStore, ParallelIO, WriteStats
 from kernel_hooks.buffers import BufferSink, BufferSource, Staging, StagingSlot
 from kernel_hooks.devices import check
 from kernel_hooks.errors import IncompatibleError
-from kernel_hooks.signing import SigningKey
 
 GIB = 1 << 30
 
@@ -46,11 +43,9 @@ def test_kernel_without_gpu_refuses_a_cuda_checkpoint_before_loading(kernels):
     saver = kernels.start()
     saver.ok("import numpy as np\nweights = np.ones(1 << 20)")
     checkpoint = saver.save()
-    path = kernels.store / getpass.getuser() / "checkpoints" / checkpoint / "manifest.json"
-    manifest = json.loads(path.read_text())
+    manifest = kernels.manifest(checkpoint)
     manifest["devices"] = {"cuda:0": 8 * GIB}
-    manifest["signature"] = SigningKey(kernels.data_dir / "gpuckpt" / "signing.key").sign(manifest)
-    path.write_text(json.dumps(manifest))
+    kernels.rewrite_manifest(checkpoint, manifest)
 
     fresh = kernels.start()
     outcome = fresh.run(f"%gpuckpt restore {checkpoint}")

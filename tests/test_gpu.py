@@ -6,9 +6,6 @@ tensors) and tests/test_devices.py (the staging ring and the placement check).
 
 from __future__ import annotations
 
-import getpass
-import json
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -38,7 +35,7 @@ def test_cuda_tensors_model_and_optimizer_round_trip(kernels):
     checkpoint = saver.save()
     expected = saver.value("(checksum, torch.cuda.rand(2).tolist())")
 
-    manifest = json.loads((kernels.store / getpass.getuser() / "checkpoints" / checkpoint / "manifest.json").read_text())
+    manifest = kernels.manifest(checkpoint)
     assert manifest["devices"]["cuda:0"] >= 256 << 20
     assert manifest["environment"]["gpus"][0]["device"] == "cuda:0"
     assert any(b["device"] == "cuda:0" and len(b["hashes"]) > 1 for b in manifest["buffers"])
@@ -59,13 +56,9 @@ def test_restore_refused_when_the_gpu_has_too_little_free_memory(kernels):
     saver = kernels.start()
     saver.ok("import torch\nt = torch.ones(1 << 20, device='cuda')")
     checkpoint = saver.save()
-    path = kernels.store / getpass.getuser() / "checkpoints" / checkpoint / "manifest.json"
-    manifest = json.loads(path.read_text())
+    manifest = kernels.manifest(checkpoint)
     manifest["devices"] = {"cuda:0": 1 << 50}
-    from kernel_hooks.signing import SigningKey
-
-    manifest["signature"] = SigningKey(kernels.data_dir / "gpuckpt" / "signing.key").sign(manifest)
-    path.write_text(json.dumps(manifest))
+    kernels.rewrite_manifest(checkpoint, manifest)
     fresh = kernels.start()
     outcome = fresh.run(f"%gpuckpt restore {checkpoint}")
     assert outcome.error is not None and "GiB on cuda:0; only" in outcome.error

@@ -8,10 +8,8 @@ checkpoint and each test below checks one family of objects there.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-
 from kernels import Kernel, KernelFactory
 
 CELLS = [

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import getpass
-import json
-
 
 def test_unpicklable_variables_are_skipped_alone_and_reported(kernels):
     k = kernels.start()
@@ -18,7 +15,7 @@ def test_unpicklable_variables_are_skipped_alone_and_reported(kernels):
     assert "Not saved (6):" in out
     assert "sock (socket.socket): TypeError: cannot pickle 'socket' object; re-run cell(s) 3" in out
 
-    manifest = json.loads((kernels.store / getpass.getuser() / "checkpoints" / checkpoint / "manifest.json").read_text())
+    manifest = kernels.manifest(checkpoint)
     status = {v["name"]: v for v in manifest["variables"]}
     skipped = {n: (v["type"], v["cells"]) for n, v in status.items() if v["status"] == "skipped"}
     assert skipped == {

@@ -78,13 +78,17 @@ class WriteStats:
     bytes_reused: int = 0
     blobs_written: int = 0
     blobs_reused: int = 0
+    created: dict[str, int] = field(default_factory=dict)
+    """Blobs this save wrote, with their mtime (ns): what to take back if the save fails."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def add(self, nbytes: int, written: bool) -> None:
+    def add(self, nbytes: int, written: bool, path: Path | None = None) -> None:
         with self._lock:
             if written:
                 self.bytes_written += nbytes
                 self.blobs_written += 1
+                if path is not None:
+                    self.created[path.name] = os.stat(path).st_mtime_ns
             else:
                 self.bytes_reused += nbytes
                 self.blobs_reused += 1
@@ -139,8 +143,18 @@ class BlobStore:
                 done += os.write(fd, view[done:])
 
         self.write_file(digest, fill)
-        stats.add(len(view), written=True)
+        stats.add(len(view), written=True, path=self.path(digest))
         return digest
+
+    def remove_created(self, stats: WriteStats) -> None:
+        """Delete the blobs a failed save wrote, unless another save has reused them since."""
+        for digest, mtime in stats.created.items():
+            path = self.path(digest)
+            try:
+                if os.stat(path).st_mtime_ns == mtime:
+                    path.unlink()
+            except FileNotFoundError:
+                pass
 
     def read_chunk(self, digest: str, dest: memoryview, what: str) -> None:
         """Read blob ``digest`` into ``dest`` and check its hash; ``what`` names it in errors."""
@@ -243,7 +257,7 @@ class BlobStream(io.RawIOBase):
             stats.add(self.count, written=False)
         else:
             os.replace(self._tmp, self.blobs.path(digest))
-            stats.add(self.count, written=True)
+            stats.add(self.count, written=True, path=self.blobs.path(digest))
         return digest
 
     def discard(self) -> None:

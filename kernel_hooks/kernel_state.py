@@ -65,6 +65,8 @@ def apply(shell: Any, state: KernelState, *, next_count: int) -> list[str]:
     """Restore ``state`` into ``shell``; return warnings. ``next_count`` numbers the next cell."""
     warnings = []
     hist = shell.history_manager
+    # A new history session: the restored cell numbers may repeat ones this kernel used.
+    hist.reset(new_session=True)
     hist.input_hist_parsed[:] = state.history
     hist.input_hist_raw[:] = state.history
     shell.execution_count = next_count

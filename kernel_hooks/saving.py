@@ -16,7 +16,7 @@ from typing import Any
 
 from . import devices, environment, kernel_state, rng
 from .arrays import OutOfBand
-from .blobs import BlobStream, ParallelIO, WriteStats
+from .blobs import BlobStream, BufferRecord, ParallelIO, WriteStats
 from .buffers import BufferSink
 from .errors import SaveError
 from .history import cells_assigning
@@ -69,6 +69,44 @@ class _Pass:
                 self.sizes[spec.var] = self.sizes.get(spec.var, 0) + spec.nbytes
 
 
+def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[str, Any],
+                     variables: dict[str, Any], rng_states: dict[str, Any], total: list[int | None]
+                     ) -> tuple[_Pass, dict[str, str], list[BufferRecord], str]:
+    """Pickle ``variables``, leaving out those that cannot be pickled, and wait for the I/O.
+
+    Returns the pass that succeeded, the failures (name: reason), the buffer records and
+    the pickle blob's hash; ``total[0]`` is set to the buffer bytes once they are known.
+    """
+    failures: dict[str, str] = {}
+    passes: list[_Pass] = []
+    try:
+        while True:
+            todo = {k: v for k, v in variables.items() if k not in failures}
+            current = _Pass(store, sink, namespace, todo, rng_states)
+            passes.append(current)
+            try:
+                current.run()
+                break
+            except Exception as e:
+                current.stream.discard()
+                if current.stream.error is not None or len(passes) > 2:
+                    raise SaveError(f"checkpoint failed while writing the namespace: {_reason(e)}") from e
+                found = probe(namespace, todo, _reason)
+                if not found:
+                    raise SaveError(f"checkpoint failed while pickling: {_reason(e)}") from e
+                failures.update(found)
+        total[0] = sum(spec.nbytes for spec in current.out.specs)
+        sink.io.wait()
+        records = [p.record() for p in current.out.pending]
+        pickle_hash = current.stream.commit(sink.stats)
+    except OSError as e:
+        raise SaveError(f"checkpoint failed writing to {store.base}: {e.strerror or e}") from e
+    finally:
+        for p in passes:
+            p.stream.discard()
+    return current, failures, records, pickle_hash
+
+
 def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
                     kernel_id: str | None = None, kernelspec: str | None = None,
                     notebook: str | None = None, progress: ProgressCallback | None = None,
@@ -112,74 +150,53 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
             progress(done[0], total[0])
 
     io = ParallelIO(store.blobs.workers, on_bytes)
-    sink = BufferSink(store.blobs, io, stats)
-    failures: dict[str, str] = {}
-    passes: list[_Pass] = []
     try:
-        while True:
-            todo = {k: v for k, v in variables.items() if k not in failures}
-            current_pass = _Pass(store, sink, namespace, todo, rng_states)
-            passes.append(current_pass)
-            try:
-                current_pass.run()
-                break
-            except Exception as e:
-                current_pass.stream.discard()
-                if current_pass.stream.error is not None or len(passes) > 2:
-                    raise SaveError(f"checkpoint failed while writing the namespace: {_reason(e)}") from e
-                found = probe(namespace, todo, _reason)
-                if not found:
-                    raise SaveError(f"checkpoint failed while pickling: {_reason(e)}") from e
-                failures.update(found)
-        total[0] = sum(spec.nbytes for spec in current_pass.out.specs)
-        io.wait()
-        records = [p.record() for p in current_pass.out.pending]
-        pickle_hash = current_pass.stream.commit(stats)
-    except SaveError:
+        done_pass, failures, records, pickle_hash = _write_namespace(
+            store, BufferSink(store.blobs, io, stats), namespace, variables, rng_states, total)
+        cells = cells_assigning(state.history, failures)
+        skipped = [SkippedVariable(n, _type_name(variables[n]), failures[n], cells[n]) for n in failures]
+        checkpoint_id = store.new_id()
+        out = done_pass.out
+        pickle_bytes = done_pass.stream.count
+        bytes_total = pickle_bytes + sum(r.nbytes for r in records)
+        manifest = {
+            "format": FORMAT_VERSION,
+            "id": checkpoint_id,
+            "parent": session.last_checkpoint,
+            "owner": store.owner,
+            "kernel_id": kernel_id,
+            "kernelspec": kernelspec,
+            "notebook": notebook,
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "execution_count": state.execution_count,
+            "kernel": state.to_json(),
+            "environment": {**environment.record(done_pass.pickler.module_names()),
+                            "gpus": devices.describe(out.device_bytes)},
+            "devices": out.device_bytes,
+            "variables": [
+                {"name": name, "type": _type_name(value), "size": done_pass.sizes.get(name, 0),
+                 "device": next((s.device for s in out.specs if s.var == name and s.device != "cpu"), "cpu"),
+                 "status": "saved"}
+                for name, value in variables.items() if name not in failures
+            ] + [{"name": s.name, "type": s.type, "status": "skipped", "reason": s.reason,
+                  "cells": s.cells} for s in skipped],
+            "pickle": {"hash": pickle_hash, "nbytes": pickle_bytes},
+            "buffers": [
+                {"kind": spec.kind, "device": spec.device, "var": spec.var, **record.to_json()}
+                for spec, record in zip(out.specs, records, strict=True)
+            ],
+            "stats": {"bytes_total": bytes_total, "bytes_written": stats.bytes_written,
+                      "seconds": round(time.perf_counter() - started, 3)},
+        }
+        store.commit(manifest)
+    except BaseException:
+        # Nothing was published: take back the blobs this save wrote (a full disk needs
+        # them), once the I/O threads have stopped writing.
+        io.close()
+        store.blobs.remove_created(stats)
         raise
-    except OSError as e:
-        raise SaveError(f"checkpoint failed writing to {store.base}: {e.strerror or e}") from e
     finally:
         io.close()
-        for p in passes:
-            p.stream.discard()
-
-    out = current_pass.out
-    cells = cells_assigning(state.history, failures)
-    skipped = [SkippedVariable(n, _type_name(variables[n]), failures[n], cells[n]) for n in failures]
-    checkpoint_id = store.new_id()
-    pickle_bytes = current_pass.stream.count
-    bytes_total = pickle_bytes + sum(r.nbytes for r in records)
-    manifest = {
-        "format": FORMAT_VERSION,
-        "id": checkpoint_id,
-        "parent": session.last_checkpoint,
-        "owner": store.owner,
-        "kernel_id": kernel_id,
-        "kernelspec": kernelspec,
-        "notebook": notebook,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "execution_count": state.execution_count,
-        "kernel": state.to_json(),
-        "environment": {**environment.record(current_pass.pickler.module_names()),
-                        "gpus": devices.describe(out.device_bytes)},
-        "devices": out.device_bytes,
-        "variables": [
-            {"name": name, "type": _type_name(value), "size": current_pass.sizes.get(name, 0),
-             "device": next((s.device for s in out.specs if s.var == name and s.device != "cpu"), "cpu"),
-             "status": "saved"}
-            for name, value in variables.items() if name not in failures
-        ] + [{"name": s.name, "type": s.type, "status": "skipped", "reason": s.reason,
-              "cells": s.cells} for s in skipped],
-        "pickle": {"hash": pickle_hash, "nbytes": pickle_bytes},
-        "buffers": [
-            {"kind": spec.kind, "device": spec.device, "var": spec.var, **record.to_json()}
-            for spec, record in zip(out.specs, records, strict=True)
-        ],
-        "stats": {"bytes_total": bytes_total, "bytes_written": stats.bytes_written,
-                  "seconds": round(time.perf_counter() - started, 3)},
-    }
-    store.commit(manifest)
     parent, session.last_checkpoint = session.last_checkpoint, checkpoint_id
     return SaveResult(
         id=checkpoint_id, parent=parent, variables=len(variables) - len(failures),

@@ -71,6 +71,10 @@ class SigningKey:
             os.fsync(f.fileno())
         return key
 
+    def check(self) -> None:
+        """Load (or create) the key now, so a bad key stops a save before it writes."""
+        self._load()
+
     def sign(self, manifest: dict[str, Any]) -> str:
         digest = hmac.new(self._load(), canonical_bytes(manifest), hashlib.sha256).hexdigest()
         return f"{_SCHEME}:{digest}"
@@ -80,7 +84,8 @@ class SigningKey:
         signature = manifest.get(SIGNATURE_FIELD)
         if not isinstance(signature, str) or not signature:
             raise IntegrityError(f"{where} is not signed; refusing to load it")
-        if not hmac.compare_digest(signature, self.sign(manifest)):
+        # Bytes, not str: compare_digest raises on a non-ASCII str instead of saying no.
+        if not hmac.compare_digest(signature.encode(), self.sign(manifest).encode()):
             raise IntegrityError(
                 f"{where} has a bad signature (changed after it was written, or signed with "
                 "another user's key); refusing to load it"

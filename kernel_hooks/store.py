@@ -34,9 +34,9 @@ from .signing import SigningKey
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-_ID_RE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{8}$")
-_OWNER_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}$")
-_TMP_RE = re.compile(r"^\.tmp-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+$")
+_ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")
+_OWNER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}")
+_TMP_RE = re.compile(r"\.tmp-(?P<host>.+)-(?P<pid>\d+)-[0-9a-f]+")
 STALE_SECONDS = 6 * 3600
 """Temporary files of another host are only removed once this old."""
 
@@ -54,7 +54,7 @@ def default_key_path() -> Path:
 
 
 def is_checkpoint_id(text: object) -> bool:
-    return isinstance(text, str) and bool(_ID_RE.match(text))
+    return isinstance(text, str) and bool(_ID_RE.fullmatch(text))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -66,13 +66,18 @@ def _fsync_dir(path: Path) -> None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` runs on this host; a zombie (killed, not yet reaped) counts as dead."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 class CheckpointStore:
@@ -93,7 +98,7 @@ class CheckpointStore:
                  key: SigningKey | None = None) -> None:
         self.root = Path(root).expanduser() if root else default_root()
         self.owner = owner or getpass.getuser()
-        if not _OWNER_RE.match(self.owner):
+        if not _OWNER_RE.fullmatch(self.owner):
             raise SaveError(f"{self.owner!r} is not a valid owner name")
         self.key = key or SigningKey(default_key_path())
         self.base = self.root / self.owner
@@ -113,6 +118,10 @@ class CheckpointStore:
             raise SaveError(f"cannot use checkpoint store {self.root}: {e.strerror or e}") from e
         if self.base.stat().st_uid != os.getuid():
             raise SaveError(f"{self.base} belongs to another user; refusing to write there")
+        try:
+            self.key.check()
+        except IntegrityError as e:
+            raise SaveError(str(e)) from e
 
     def new_id(self) -> str:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -151,7 +160,7 @@ class CheckpointStore:
             except FileNotFoundError:
                 continue
             for entry in entries:
-                m = _TMP_RE.match(entry.name)
+                m = _TMP_RE.fullmatch(entry.name)
                 if not m:
                     continue
                 mine = m["host"] == host

@@ -3,8 +3,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import json
+from typing import Any
+
 import pytest
+from traitlets.config import Config
+
+from jupyter_gpuckpt.kernelspec import kernelspec_json
 from kernels import Kernel, KernelFactory
+from server_fixtures import KERNEL_NAME
 
 
 @pytest.fixture
@@ -19,3 +26,20 @@ def kernels(tmp_path: Path) -> Iterator[KernelFactory]:
 def kernel(kernels: KernelFactory) -> Kernel:
     """One kernel with ``%load_ext kernel_hooks`` done."""
     return kernels.start()
+
+
+@pytest.fixture
+def gpuckpt_config() -> dict[str, Any]:
+    """Extension settings for one test; override to change the policy."""
+    return {"policy_interval": 3600.0}
+
+
+@pytest.fixture
+def jp_server_config(jp_data_dir: Path, gpuckpt_config: dict[str, Any]) -> Config:
+    spec = jp_data_dir / "kernels" / KERNEL_NAME
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps(kernelspec_json("GPU checkpoint test")))
+    return Config({
+        "ServerApp": {"jpserver_extensions": {"jupyter_gpuckpt": True}},
+        "GPUCheckpointApp": gpuckpt_config,
+    })

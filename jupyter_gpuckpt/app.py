@@ -1,0 +1,124 @@
+"""The server extension: settings, REST routes, the policy loop and the ledger."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from jupyter_core.paths import jupyter_data_dir
+from jupyter_server.extension.application import ExtensionApp
+from traitlets import Bool, Float, Int, List, Unicode, default
+
+from kernel_hooks.store import CheckpointStore, default_root
+
+from . import policy
+from .gpus import GPUPool
+from .handlers import default_handlers
+from .ledger import Ledger
+from .manager import CheckpointManager
+
+
+class GPUCheckpointApp(ExtensionApp):  # type: ignore[misc]
+    """Suspend idle GPU kernels to checkpoints and resume them on demand."""
+
+    name = "jupyter_gpuckpt"
+
+    store_root = Unicode(config=True, help="Checkpoint store root (shared between nodes for failover elsewhere). "
+                                           "Default: $JUPYTER_GPUCKPT_STORE or <jupyter data dir>/gpuckpt/store.")
+    ledger_path = Unicode(config=True, help="File remembering suspended kernels across server restarts.")
+    idle_timeout = Float(0.0, config=True, help="Suspend a kernel idle this many seconds; 0 never suspends by policy.")
+    gpu_utilization_threshold = Int(5, config=True, help="A kernel whose GPUs are busier than this (percent) is not idle.")
+    suspend_connected = Bool(True, config=True, help="Whether kernels with open browser connections may be suspended.")
+    exempt_kernels = List(Unicode(), config=True, help="Kernel ids never suspended by policy.")
+    exempt_kernelspecs = List(Unicode(), config=True, help="Kernelspec names never suspended by policy.")
+    checkpoint_interval = Float(0.0, config=True, help="Checkpoint running kernels this often (seconds) "
+                                                       "when they ran something since; 0 turns it off.")
+    keep_checkpoints = Int(5, config=True, help="Checkpoints kept per kernel; older ones are deleted. 0 keeps all.")
+    policy_interval = Float(10.0, config=True, help="Seconds between policy passes.")
+    call_timeout = Float(600.0, config=True, help="Seconds a checkpoint or restore may take in the kernel.")
+
+    @default("store_root")
+    def _default_store_root(self) -> str:
+        return str(default_root())
+
+    @default("ledger_path")
+    def _default_ledger_path(self) -> str:
+        return str(Path(jupyter_data_dir()) / "gpuckpt" / "ledger.json")
+
+    def initialize_settings(self) -> None:
+        self.settings["gpuckpt_app"] = self
+        self.tasks: dict[str, asyncio.Task[Any]] = {}
+        self.manager = CheckpointManager(self.serverapp.kernel_manager, Path(self.store_root),
+                                         Ledger(Path(self.ledger_path)), self.call_timeout, self.emit)
+        self._policy_task: asyncio.Task[None] | None = None
+
+    def initialize_handlers(self) -> None:
+        self.handlers.extend(default_handlers)
+
+    async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
+        await self.manager.reregister_suspended()
+        self._policy_task = asyncio.ensure_future(self._policy_loop())
+
+    async def stop_extension(self) -> None:
+        for task in [self._policy_task, *self.tasks.values()]:
+            if task is not None:
+                task.cancel()
+
+    def emit(self, event: str, data: dict[str, Any]) -> None:
+        self.log.info("gpuckpt %s: %s", event, data)
+
+    def store(self) -> CheckpointStore:
+        return CheckpointStore(self.store_root)
+
+    def start_task(self, kernel_id: str, work: Coroutine[Any, Any, Any]) -> None:
+        """Run an operation in the background; its errors land in the kernel's last_error."""
+        async def run() -> None:
+            try:
+                await work
+            except Exception as e:  # already recorded on the kernel's record and in events
+                self.log.warning("gpuckpt operation on %s failed: %s", kernel_id, e)
+        self.tasks[kernel_id] = asyncio.ensure_future(run())
+
+    # -- policy --------------------------------------------------------------------------
+
+    def base_policy(self) -> policy.Policy:
+        return policy.Policy(self.idle_timeout, self.gpu_utilization_threshold, self.suspend_connected,
+                             self.checkpoint_interval, self.keep_checkpoints)
+
+    def policy_for(self, kernel_id: str) -> policy.Policy:
+        km = self.manager.km(kernel_id)
+        effective = self.base_policy().override(km.kernel_spec.metadata if km.kernel_spec else {})
+        if kernel_id in self.exempt_kernels or km.kernel_name in self.exempt_kernelspecs:
+            effective.exempt = True
+        return effective
+
+    def policy_model(self) -> dict[str, Any]:
+        return {**self.base_policy().__dict__, "exempt_kernels": list(self.exempt_kernels),
+                "exempt_kernelspecs": list(self.exempt_kernelspecs), "policy_interval": self.policy_interval,
+                "store_root": self.store_root}
+
+    async def _policy_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.policy_interval)
+            await self.policy_pass()
+
+    async def policy_pass(self) -> None:
+        """One pass: each kernel is decided and acted on independently."""
+        now = policy.now()
+        for kernel_id in list(self.serverapp.kernel_manager.list_kernel_ids()):
+            try:
+                action = policy.decide(self.policy_for(kernel_id), self.manager.model(kernel_id), now)
+                if action == "suspend":
+                    await self.manager.suspend(kernel_id, reason="policy")
+                elif action == "checkpoint":
+                    await self.manager.checkpoint(kernel_id, reason="periodic")
+            except Exception:
+                self.log.exception("gpuckpt policy failed for kernel %s", kernel_id)
+
+    async def gpus_model(self) -> dict[str, Any]:
+        pool = GPUPool.instance()
+        return {"node": socket.gethostname(),
+                "gpus": [{**g.to_json(), "kernel_id": pool.holders.get(g.uuid)} for g in pool.gpus]}

@@ -1,0 +1,107 @@
+"""The host's GPUs (from NVML) and which kernel holds which.
+
+A machine without NVML, or without GPUs, simply has an empty inventory and everything else
+works. Tests (and machines with no GPU) can describe GPUs in a JSON file named by
+``$JUPYTER_GPUCKPT_TEST_GPUS``: ``[{"uuid": "GPU-a", "name": "Test", "memory_total": ...}]``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from traitlets.config import SingletonConfigurable
+
+
+@dataclass
+class GPU:
+    index: int
+    uuid: str
+    name: str
+    memory_total: int
+    memory_used: int = 0
+    utilization: int = 0
+    processes: list[dict[str, int]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def read_nvml() -> list[GPU]:
+    """Every GPU NVML reports; [] where NVML or its driver is missing."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library, no driver, no device: no GPUs
+        return []
+    try:
+        gpus = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            try:
+                utilization = int(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            except pynvml.NVMLError:
+                utilization = 0
+            try:
+                procs = [{"pid": int(p.pid), "memory_used": int(p.usedGpuMemory or 0)}
+                         for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle)]
+            except pynvml.NVMLError:
+                procs = []
+            name = pynvml.nvmlDeviceGetName(handle)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            gpus.append(GPU(i, uuid if isinstance(uuid, str) else uuid.decode(),
+                            name if isinstance(name, str) else name.decode(),
+                            int(memory.total), int(memory.used), utilization, procs))
+        return gpus
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def read_inventory() -> list[GPU]:
+    """The test inventory if ``$JUPYTER_GPUCKPT_TEST_GPUS`` names one, else NVML's."""
+    path = os.environ.get("JUPYTER_GPUCKPT_TEST_GPUS")
+    if not path:
+        return read_nvml()
+    with open(path) as f:
+        entries = json.load(f)
+    return [GPU(index=i, **entry) for i, entry in enumerate(entries)]
+
+
+class GPUPool(SingletonConfigurable):
+    """Hands GPUs to kernels by UUID; one per server process, shared by all provisioners."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gpus = read_inventory()
+        self.holders: dict[str, str] = {}  # uuid -> kernel id
+        self._freed = asyncio.Condition()
+
+    def free(self) -> list[GPU]:
+        return [g for g in self.gpus if g.uuid not in self.holders]
+
+    def held_by(self, kernel_id: str) -> list[GPU]:
+        return [g for g in self.gpus if self.holders.get(g.uuid) == kernel_id]
+
+    async def acquire(self, kernel_id: str, count: int, on_wait: Any = None) -> list[GPU]:
+        """Take ``count`` GPUs for ``kernel_id``, waiting while too few are free."""
+        if count > len(self.gpus):
+            raise ValueError(f"the kernel asks for {count} GPU(s); this server has {len(self.gpus)}")
+        async with self._freed:
+            if len(self.free()) < count and on_wait is not None:
+                on_wait(count, len(self.free()))
+            await self._freed.wait_for(lambda: len(self.free()) >= count)
+            taken = self.free()[:count]
+            for gpu in taken:
+                self.holders[gpu.uuid] = kernel_id
+            return taken
+
+    async def release(self, kernel_id: str) -> None:
+        async with self._freed:
+            for uuid in [u for u, k in self.holders.items() if k == kernel_id]:
+                del self.holders[uuid]
+            self._freed.notify_all()

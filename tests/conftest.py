@@ -40,6 +40,9 @@ def jp_server_config(jp_data_dir: Path, gpuckpt_config: dict[str, Any]) -> Confi
     spec.mkdir(parents=True)
     (spec / "kernel.json").write_text(json.dumps(kernelspec_json("GPU checkpoint test")))
     return Config({
-        "ServerApp": {"jpserver_extensions": {"jupyter_gpuckpt": True}},
+        "ServerApp": {
+            "jpserver_extensions": {"jupyter_gpuckpt": True},
+            "kernel_websocket_connection_class": "jupyter_gpuckpt.websocket.SuspendAwareConnection",
+        },
         "GPUCheckpointApp": gpuckpt_config,
     })

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
 from typing import Any
 
 KERNEL_NAME = "python3-gpuckpt"
@@ -37,3 +39,31 @@ async def run(serverapp: Any, kernel_id: str, code: str, timeout: float = 60) ->
     finally:
         client.stop_channels()
     return "".join(out)
+
+
+def ws_request(msg_type: str, content: dict[str, Any], channel: str = "shell") -> tuple[str, str]:
+    """A kernel message for the (legacy JSON) websocket protocol, and its msg_id."""
+    msg_id = uuid.uuid4().hex
+    msg = {
+        "header": {"msg_id": msg_id, "msg_type": msg_type, "username": "test", "session": "test-session",
+                   "date": "", "version": "5.3"},
+        "parent_header": {}, "metadata": {}, "content": content, "channel": channel, "buffers": [],
+    }
+    return json.dumps(msg), msg_id
+
+
+async def ws_execute(ws: Any, code: str, timeout: float = 120) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Send an execute request; return its reply and every iopub message it caused."""
+    text, msg_id = ws_request("execute_request", {"code": code, "silent": False, "store_history": True,
+                                                  "user_expressions": {}, "allow_stdin": False})
+    await ws.write_message(text)
+    iopub = []
+    while True:
+        raw = await asyncio.wait_for(ws.read_message(), timeout)
+        msg = json.loads(raw)
+        if msg["parent_header"].get("msg_id") != msg_id and msg["msg_type"] != "status":
+            continue
+        if msg["channel"] == "iopub":
+            iopub.append(msg)
+        elif msg["msg_type"] == "execute_reply":
+            return msg, iopub

@@ -266,7 +266,7 @@ class CheckpointManager:
                 return
             record.state = State.RESTORING
             ran = self.executions.get(kernel_id, [])
-            lost = sorted({c for c in ran if c > checkpoint["execution_count"]})
+            lost = sorted({c for c in ran if c > checkpoint["last_cell"]})
             try:
                 report = await self._restore(kernel_id, record)
             except (HTTPError, kernel_calls.KernelCallError) as e:

@@ -40,6 +40,13 @@ def is_digest(text: object) -> bool:
     return isinstance(text, str) and len(text) == 64 and set(text) <= _HEX
 
 
+def _drop_cache(fd: int) -> None:
+    """Let the kernel drop a written blob's pages: saving gigabytes then reuses a few cache
+    pages instead of growing the cache (and evicting the user's files); about 2x faster
+    where new pages are costly (measured by benchmarks/bench_checkpoint.py)."""
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+
 def temp_prefix() -> str:
     """Prefix of this process's temporary files, so cleanup can tell whose they are."""
     return f".tmp-{socket.gethostname()}-{os.getpid()}-"
@@ -122,6 +129,7 @@ class BlobStore:
             try:
                 fill(fd)
                 os.fsync(fd)
+                _drop_cache(fd)
             finally:
                 os.close(fd)
             os.replace(tmp, self.path(digest))
@@ -249,6 +257,7 @@ class BlobStream(io.RawIOBase):
         """fsync and publish; returns the hash (an identical blob already stored is kept)."""
         digest = self._hasher.hexdigest()
         os.fsync(self._fd)
+        _drop_cache(self._fd)
         os.close(self._fd)
         self._fd = -1
         if self.blobs.has(digest, self.count):

@@ -39,6 +39,8 @@ class SaveResult:
     bytes_total: int
     bytes_written: int
     seconds: float
+    last_cell: int
+    """The number of the last cell whose effects the checkpoint holds."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -201,5 +201,5 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
     return SaveResult(
         id=checkpoint_id, parent=parent, variables=len(variables) - len(failures),
         skipped=skipped, bytes_total=bytes_total, bytes_written=stats.bytes_written,
-        seconds=time.perf_counter() - started,
+        seconds=time.perf_counter() - started, last_cell=len(state.history) - 1,
     )

@@ -11,7 +11,7 @@ from traitlets.config import Config
 
 from jupyter_gpuckpt.kernelspec import kernelspec_json
 from kernels import Kernel, KernelFactory
-from server_fixtures import KERNEL_NAME
+from server_fixtures import FAST_KERNEL_NAME, KERNEL_NAME
 
 
 @pytest.fixture
@@ -36,9 +36,13 @@ def gpuckpt_config() -> dict[str, Any]:
 
 @pytest.fixture
 def jp_server_config(jp_data_dir: Path, gpuckpt_config: dict[str, Any]) -> Config:
-    spec = jp_data_dir / "kernels" / KERNEL_NAME
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps(kernelspec_json("GPU checkpoint test")))
+    for name, override in ((KERNEL_NAME, None), (FAST_KERNEL_NAME, {"idle_timeout": 1.0})):
+        spec = kernelspec_json(f"GPU checkpoint test ({name})")
+        if override:
+            spec["metadata"]["gpuckpt"] = override
+        folder = jp_data_dir / "kernels" / name
+        folder.mkdir(parents=True)
+        (folder / "kernel.json").write_text(json.dumps(spec))
     return Config({
         "ServerApp": {
             "jpserver_extensions": {"jupyter_gpuckpt": True},

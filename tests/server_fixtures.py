@@ -8,6 +8,8 @@ import uuid
 from typing import Any
 
 KERNEL_NAME = "python3-gpuckpt"
+FAST_KERNEL_NAME = "python3-gpuckpt-fast"
+"""A kernelspec whose metadata overrides the idle timeout to 1 s."""
 
 
 async def start_kernel(jp_fetch: Any, name: str = KERNEL_NAME) -> str:

@@ -14,7 +14,7 @@ from traitlets import Bool, Float, Int, List, Unicode, default
 
 from kernel_hooks.store import CheckpointStore, default_root
 
-from . import policy
+from . import events, metrics, policy
 from .gpus import GPUPool
 from .handlers import default_handlers
 from .ledger import Ledger
@@ -50,9 +50,13 @@ class GPUCheckpointApp(ExtensionApp):  # type: ignore[misc]
 
     def initialize_settings(self) -> None:
         self.settings["gpuckpt_app"] = self
+        GPUPool.clear_instance()  # this server's inventory, read now
+        GPUPool.instance(parent=self)
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.manager = CheckpointManager(self.serverapp.kernel_manager, Path(self.store_root),
                                          Ledger(Path(self.ledger_path)), self.call_timeout, self.emit)
+        events.register_schemas(self.serverapp)
+        self.metrics = metrics.track(self)
         self._policy_task: asyncio.Task[None] | None = None
 
     def initialize_handlers(self) -> None:
@@ -68,7 +72,17 @@ class GPUCheckpointApp(ExtensionApp):  # type: ignore[misc]
                 task.cancel()
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
+        """Log a lifecycle event, count it in the metrics and send it to the event bus.
+
+        The manager calls this for every phase of every operation; ``data`` must fit the
+        event's schema in ``event_schemas/<event>/v1.yaml``.
+        """
         self.log.info("gpuckpt %s: %s", event, data)
+        try:
+            self.metrics.observe(event, data)
+            events.emit(self.serverapp, event, data)
+        except Exception:  # a bad event must not break the kernel operation that reports it
+            self.log.exception("gpuckpt could not emit %s event %s", event, data)
 
     def store(self) -> CheckpointStore:
         return CheckpointStore(self.store_root)

@@ -200,6 +200,7 @@ class CheckpointManager:
             self.save_ledger()
             self.emit("suspend", {"kernel_id": kernel_id, "phase": "done", "reason": reason,
                                   "checkpoint_id": result["id"], "gpus_released": gpus,
+                                  "bytes": result["bytes_total"], "bytes_written": result["bytes_written"],
                                   "seconds": time.time() - started})
             return self.model(kernel_id)
 
@@ -265,6 +266,8 @@ class CheckpointManager:
                 record.notice = "The kernel died and had no checkpoint; it restarted empty."
                 return
             record.state = State.RESTORING
+            started = time.time()
+            self.emit("restore-after-failure", {"kernel_id": kernel_id, "phase": "started"})
             ran = self.executions.get(kernel_id, [])
             lost = sorted({c for c in ran if c > checkpoint["last_cell"]})
             try:
@@ -281,7 +284,8 @@ class CheckpointManager:
                              f"{report['id']}. Cells run after that checkpoint: {cells}. "
                              + (_report_notice(report) or ""))
             self.emit("restore-after-failure", {"kernel_id": kernel_id, "phase": "done",
-                                                "checkpoint_id": report["id"], "lost_cells": lost})
+                                                "checkpoint_id": report["id"], "lost_cells": lost,
+                                                "seconds": time.time() - started})
 
     # -- server restart ------------------------------------------------------------------
 

@@ -54,7 +54,8 @@ class GPUCheckpointApp(ExtensionApp):  # type: ignore[misc]
         GPUPool.instance(parent=self)
         self.tasks: dict[str, asyncio.Task[Any]] = {}
         self.manager = CheckpointManager(self.serverapp.kernel_manager, Path(self.store_root),
-                                         Ledger(Path(self.ledger_path)), self.call_timeout, self.emit)
+                                         Ledger(Path(self.ledger_path)), self.call_timeout, self.emit,
+                                         self.keep_checkpoints)
         events.register_schemas(self.serverapp)
         self.metrics = metrics.track(self)
         self._policy_task: asyncio.Task[None] | None = None
@@ -92,8 +93,12 @@ class GPUCheckpointApp(ExtensionApp):  # type: ignore[misc]
         async def run() -> None:
             try:
                 await work
-            except Exception as e:  # already recorded on the kernel's record and in events
-                self.log.warning("gpuckpt operation on %s failed: %s", kernel_id, e)
+            except Exception as e:
+                # Refusals (wrong state, no gpuckpt kernelspec) happen before the operation
+                # records anything: keep them where a client polling the kernel looks.
+                message = str(getattr(e, "log_message", e))
+                self.manager.record(kernel_id).last_error = message
+                self.log.warning("gpuckpt operation on %s failed: %s", kernel_id, message)
         self.tasks[kernel_id] = asyncio.ensure_future(run())
 
     # -- policy --------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_client.session import Session
+from kernel_hooks.listing import list_checkpoints
+from kernel_hooks.store import CheckpointStore
 from tornado.web import HTTPError
 
 from . import kernel_calls
@@ -43,9 +45,10 @@ class CheckpointManager:
     """
 
     def __init__(self, kernel_manager: Any, store_root: Path, ledger: Ledger, call_timeout: float,
-                 emit: Emit) -> None:
+                 emit: Emit, keep_checkpoints: int = 0) -> None:
         self.kernel_manager = kernel_manager
         self.store_root = store_root
+        self.keep_checkpoints = keep_checkpoints
         self.ledger = ledger
         self.call_timeout = call_timeout
         self.emit = emit
@@ -142,7 +145,16 @@ class CheckpointManager:
         if not answer["ok"]:
             raise HTTPError(500, f"checkpoint failed: {answer['error']}")
         record.last_checkpoint = {**answer["result"], "time": time.time()}
+        if self.keep_checkpoints:
+            await asyncio.to_thread(self._prune, kernel_id)
         return dict(answer["result"])
+
+    def _prune(self, kernel_id: str) -> None:
+        """Delete this kernel's oldest checkpoints beyond ``keep_checkpoints``."""
+        store = CheckpointStore(self.store_root)
+        mine = [info.id for info in list_checkpoints(store) if info.kernel_id == kernel_id]
+        for checkpoint_id in mine[: -self.keep_checkpoints]:
+            store.delete(checkpoint_id)
 
     async def checkpoint(self, kernel_id: str, reason: str = "request") -> dict[str, Any]:
         """Checkpoint a running kernel; it keeps running."""

@@ -85,6 +85,12 @@ class GPUCheckpointProvisioner(LocalProvisioner):  # type: ignore[misc]
             return 0
         return await super().wait()
 
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        if self.suspended and not restart:  # nothing runs: the kernel is gone at once
+            self.suspended = False
+            await self.pool.release(self.kernel_id)
+        await super().shutdown_requested(restart)
+
     async def send_signal(self, signum: int) -> None:
         if not self.suspended:
             await super().send_signal(signum)

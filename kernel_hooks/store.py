@@ -124,8 +124,9 @@ class CheckpointStore:
             raise SaveError(str(e)) from e
 
     def new_id(self) -> str:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-        return f"{stamp}-{secrets.token_hex(4)}"
+        """``YYYYMMDD-HHMMSS-mmmmmrrr``: microseconds then random, so ids sort by time."""
+        now = datetime.now(timezone.utc)
+        return f"{now:%Y%m%d-%H%M%S}-{now.microsecond:05x}{secrets.token_hex(2)[:3]}"
 
     def commit(self, manifest: dict[str, Any]) -> Path:
         """Sign ``manifest`` and publish it atomically as checkpoint ``manifest['id']``."""

@@ -1,0 +1,251 @@
+"""``jupyter gpuckpt``: list, checkpoint, suspend and resume kernels; install the kernelspec; doctor.
+
+Commands that act on kernels talk to a running Jupyter server through the REST API
+(:mod:`.cli_client`); ``install-kernelspec`` and ``doctor`` also work without one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from kernel_hooks.listing import CheckpointInfo, format_table
+from kernel_hooks.report import human_bytes
+
+from . import doctor, kernelspec
+from .cli_client import CLIError, GPUCheckpointClient, find_server
+
+POLL_SECONDS = 0.3
+_SETTLED = {"checkpoint": "running", "suspend": "suspended", "resume": "running"}
+_DONE = {"checkpoint": "Checkpointed", "suspend": "Suspended", "resume": "Resumed"}
+_SPINNER = "|/-\\"
+
+
+def human_duration(seconds: float | None) -> str:
+    """``45s``, ``12m``, ``3h``, ``2d``; ``-`` when unknown."""
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{max(0, int(seconds))}s"
+
+
+def _table(rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)
+
+
+def _client(args: argparse.Namespace) -> GPUCheckpointClient:
+    return GPUCheckpointClient(find_server(args.url, args.token))
+
+
+def _checkpoint_summary(checkpoint: dict[str, Any] | None, now: float | None = None) -> str:
+    if not checkpoint:
+        return "-"
+    size = human_bytes(checkpoint.get("bytes_total", 0))
+    when = checkpoint.get("time")
+    return size if when is None else f"{human_duration((now or time.time()) - when)} ago, {size}"
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    kernels = _client(args).kernels()
+    if args.json:
+        print(json.dumps(kernels, indent=1))
+        return 0
+    if not kernels:
+        print("No kernels.")
+        return 0
+    rows = [("KERNEL ID", "KERNELSPEC", "STATE", "IDLE", "GPUS", "LAST CHECKPOINT")]
+    for k in kernels:
+        gpus = ",".join(str(g.get("index")) for g in k.get("gpus") or []) or "-"
+        rows.append((str(k["id"]), str(k.get("name") or k.get("kernelspec") or "-"), str(k.get("state")),
+                     human_duration(k.get("idle_seconds")), "waiting" if k.get("waiting_for_gpus") else gpus,
+                     _checkpoint_summary(k.get("last_checkpoint"))))
+    print(_table(rows))
+    for k in kernels:
+        if k.get("last_error"):
+            print(f"{k['id']}: last error: {k['last_error']}")
+    return 0
+
+
+def cmd_checkpoints(args: argparse.Namespace) -> int:
+    client = _client(args)
+    items = client.checkpoints(client.resolve(args.kernel_id))
+    if args.json:
+        print(json.dumps(items, indent=1))
+        return 0
+    fields = set(CheckpointInfo.__dataclass_fields__)
+    print(format_table([CheckpointInfo(**{k: v for k, v in item.items() if k in fields}) for item in items]))
+    return 0
+
+
+def _progress_line(action: str, kernel_id: str, model: dict[str, Any] | None, elapsed: float, tick: int) -> str:
+    state = str(model.get("state")) if model else "starting"
+    progress = model.get("progress") if model else None
+    if isinstance(progress, int | float):
+        fraction = max(0.0, min(1.0, progress / 100 if progress > 1 else progress))
+        indicator = f"[{'#' * int(fraction * 20):<20}] {fraction:4.0%}"
+    else:
+        indicator = _SPINNER[tick % len(_SPINNER)]
+    return f"{action} {kernel_id[:8]}  {state:<13} {indicator}  {elapsed:5.1f}s"
+
+
+def _act_with_progress(client: GPUCheckpointClient, kernel_id: str, action: str) -> dict[str, Any]:
+    """Wait for the operation (``?wait=1``) in a thread while showing the kernel's state on stderr.
+
+    Polling after a ``202`` alone cannot tell when a checkpoint ends (the kernel stays
+    ``running`` throughout) and loses refusals made before the work starts (a ``409``
+    such as "not started with a gpuckpt kernelspec"); the waiting request has both.
+    """
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            outcome["model"] = client.act(kernel_id, action)
+        except Exception as e:  # handed to the main thread, which reports it
+            outcome["error"] = e
+
+    worker = threading.Thread(target=work, daemon=True)
+    worker.start()
+    started, tick, model = time.monotonic(), 0, None
+    try:
+        while worker.is_alive():
+            try:
+                model = client.kernel(kernel_id)
+            except CLIError:
+                pass  # keep showing the last state; the operation's own answer decides
+            line = _progress_line(action, kernel_id, model, time.monotonic() - started, tick)
+            sys.stderr.write(f"\r{line}\x1b[K")
+            sys.stderr.flush()
+            worker.join(POLL_SECONDS)
+            tick += 1
+    finally:
+        sys.stderr.write("\r\x1b[K")
+        sys.stderr.flush()
+    if "error" in outcome:
+        raise outcome["error"]
+    return dict(outcome["model"])
+
+
+def _result_lines(action: str, kernel_id: str, model: dict[str, Any], seconds: float) -> list[str]:
+    checkpoint = model.get("last_checkpoint") or {}
+    size = human_bytes(checkpoint.get("bytes_total", 0))
+    if action == "checkpoint":
+        new = human_bytes(checkpoint.get("bytes_written", 0))
+        what = f"checkpoint {checkpoint.get('id')} ({size}, {new} new, {checkpoint.get('variables')} variables)"
+    elif action == "suspend":
+        what = f"checkpoint {checkpoint.get('id')} ({size}); its GPUs are free"
+    else:
+        what = f"restored from checkpoint {checkpoint.get('id')}"
+    lines = [f"{_DONE[action]} {kernel_id} in {seconds:.1f} s: {what}."]
+    if action == "resume":
+        lines += [str(model["notice"])] if model.get("notice") else []
+    else:
+        lines += [f"  not saved: {s.get('name')} ({s.get('type')}): {s.get('reason')}"
+                  for s in checkpoint.get("skipped") or []]
+    return lines
+
+
+def cmd_operation(args: argparse.Namespace) -> int:
+    action: str = args.command
+    client = _client(args)
+    kernel_id = client.resolve(args.kernel_id)
+    if args.no_wait:
+        model = client.act(kernel_id, action, wait=False)
+        print(f"{action} of {kernel_id} started (state: {model.get('state')}); see `jupyter gpuckpt list`.")
+        return 0
+    started = time.monotonic()
+    if sys.stderr.isatty():
+        model = _act_with_progress(client, kernel_id, action)
+    else:
+        model = client.act(kernel_id, action)
+    if model.get("state") != _SETTLED[action] or model.get("last_error"):
+        reason = f": {model['last_error']}" if model.get("last_error") else ""
+        raise CLIError(f"{action} of {kernel_id} did not finish; the kernel is {model.get('state')}{reason}")
+    print("\n".join(_result_lines(action, kernel_id, model, time.monotonic() - started)))
+    return 0
+
+
+def cmd_install_kernelspec(args: argparse.Namespace) -> int:
+    try:
+        where = kernelspec.install(args.name, args.display_name, user=args.user,
+                                   prefix=sys.prefix if args.sys_prefix else None, gpus=args.gpus)
+    except OSError as e:
+        hint = "" if args.user else "; try --user or --sys-prefix"
+        raise CLIError(f"cannot install the kernelspec: {e.strerror or e} ({e.filename}){hint}") from None
+    except ValueError as e:
+        raise CLIError(f"cannot install the kernelspec: {e}") from None
+    print(f"Installed kernelspec {args.name!r} in {where}")
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    return doctor.main(args.url, args.token)
+
+
+def _gpu_count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of GPUs")
+    return int(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jupyter gpuckpt", description="Checkpoint, suspend and resume Jupyter kernels that hold GPUs.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument("--url", help="the Jupyter server's URL (default: $JUPYTER_GPUCKPT_URL, else the "
+                                      "running server, found like `jupyter server list` finds it)")
+    server.add_argument("--token", help="its token (default: $JUPYTER_TOKEN, else the found server's)")
+    as_json = argparse.ArgumentParser(add_help=False)
+    as_json.add_argument("--json", action="store_true", help="print the server's JSON answer")
+
+    commands.add_parser("list", parents=[server, as_json], help="the kernels, their state, GPUs and last "
+                        "checkpoint").set_defaults(func=cmd_list)
+    for action, help in (("checkpoint", "checkpoint a running kernel (it keeps running)"),
+                         ("suspend", "checkpoint a kernel, end its process and free its GPUs"),
+                         ("resume", "start a suspended kernel again from its checkpoint")):
+        sub = commands.add_parser(action, parents=[server], help=help)
+        sub.add_argument("kernel_id", metavar="KERNEL_ID", help="a kernel id, or a unique prefix of one")
+        sub.add_argument("--no-wait", action="store_true", help="return once the server has started it")
+        sub.set_defaults(func=cmd_operation)
+    sub = commands.add_parser("checkpoints", parents=[server, as_json], help="a kernel's checkpoints")
+    sub.add_argument("kernel_id", metavar="KERNEL_ID", help="a kernel id, or a unique prefix of one")
+    sub.set_defaults(func=cmd_checkpoints)
+
+    sub = commands.add_parser("install-kernelspec", help="install a kernelspec that uses the gpuckpt provisioner")
+    sub.add_argument("--name", default="python3-gpuckpt", help="kernelspec name (default: %(default)s)")
+    sub.add_argument("--display-name", default="Python 3 (GPU checkpoint)", help="name shown in JupyterLab")
+    where = sub.add_mutually_exclusive_group()
+    where.add_argument("--user", action="store_true", help="install for this user (<jupyter data dir>/kernels)")
+    where.add_argument("--sys-prefix", action="store_true", help=f"install into this environment ({sys.prefix})")
+    sub.add_argument("--gpus", type=_gpu_count, help="GPUs each kernel gets (default: the provisioner's)")
+    sub.set_defaults(func=cmd_install_kernelspec)
+
+    sub = commands.add_parser("doctor", parents=[server], help="check NVML, GPUs, the store, the key, "
+                              "kernelspecs and the server extension")
+    sub.set_defaults(func=cmd_doctor)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``jupyter-gpuckpt`` (``jupyter gpuckpt``): the process's exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CLIError as e:
+        print(f"jupyter gpuckpt {args.command}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ninterrupted; an operation already sent goes on in the server", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""The CLI's side of the REST API: find a running Jupyter server and call ``/api/gpuckpt/...``.
+
+A server is found as ``jupyter server list`` finds it (its info file in the Jupyter runtime
+dir), or named with ``--url`` and ``--token`` (defaults: ``$JUPYTER_GPUCKPT_URL``,
+``$JUPYTER_TOKEN``). Every failure becomes a :class:`CLIError` whose message is the one line
+the user reads.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import json
+import os
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+URL_ENV = "JUPYTER_GPUCKPT_URL"
+TOKEN_ENV = "JUPYTER_TOKEN"
+_UUID_LENGTH = 36
+
+
+class CLIError(Exception):
+    """A failure the command line reports as one line, without a traceback."""
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where a Jupyter server answers (base URL, ending in ``/``) and its token."""
+
+    url: str
+    token: str
+
+
+def _normalized(url: str) -> str:
+    url = url.strip()
+    if "://" not in url:
+        url = f"http://{url}"
+    return url if url.endswith("/") else f"{url}/"
+
+
+def _root_dir(info: dict[str, Any]) -> Path | None:
+    root = info.get("root_dir") or info.get("notebook_dir")
+    return Path(root).resolve() if root else None
+
+
+def _pick(running: list[dict[str, Any]], cwd: Path) -> dict[str, Any]:
+    """The only server, else the one whose root dir holds ``cwd`` most closely."""
+    if len(running) == 1:
+        return running[0]
+    holding = [(len(root.parts), info) for info in running
+               if (root := _root_dir(info)) is not None and cwd.is_relative_to(root)]
+    deepest = max((depth for depth, _ in holding), default=None)
+    chosen = [info for depth, info in holding if depth == deepest]
+    if len(chosen) == 1:
+        return chosen[0]
+    urls = ", ".join(sorted(str(info.get("url")) for info in running))
+    raise CLIError(f"{len(running)} Jupyter servers are running ({urls}); choose one with --url")
+
+
+def _running_servers() -> list[dict[str, Any]]:
+    # Imported here: jupyter_server.serverapp takes seconds to import, and --url with
+    # --token needs none of it.
+    from jupyter_server.serverapp import list_running_servers
+
+    return list(list_running_servers())
+
+
+def find_server(url: str | None = None, token: str | None = None, cwd: Path | None = None) -> Server:
+    """The server to talk to.
+
+    Parameters
+    ----------
+    url, token
+        Explicit choices (``--url``, ``--token``). Without a URL, ``$JUPYTER_GPUCKPT_URL``,
+        else a running server's info file; without a token, the found server's, else
+        ``$JUPYTER_TOKEN`` (the other way round for a URL given explicitly).
+    cwd
+        Picks among several running servers; defaults to the current directory.
+    """
+    url = url or os.environ.get(URL_ENV) or None
+    env_token = os.environ.get(TOKEN_ENV)
+    if url:
+        url = _normalized(url)
+        token = token if token is not None else env_token
+        if token is not None:
+            return Server(url, token)
+        known = next((info for info in _running_servers() if _normalized(str(info.get("url", ""))) == url), {})
+        return Server(url, str(known.get("token", "")))
+    running = _running_servers()
+    if not running:
+        raise CLIError("no running Jupyter server found (start one, or pass --url and --token)")
+    info = _pick(running, (cwd or Path.cwd()).resolve())
+    # A found server's own token beats $JUPYTER_TOKEN, which may belong to another server.
+    token = token if token is not None else str(info.get("token") or env_token or "")
+    return Server(_normalized(str(info["url"])), token)
+
+
+def _error_message(error: urllib.error.HTTPError, url: str) -> str:
+    body = error.read()
+    try:
+        message = json.loads(body).get("message")
+    except (ValueError, AttributeError):
+        message = None
+    if error.code == 403 and (not message or message == "Forbidden"):
+        return "the server refused the request (HTTP 403): check --token or $JUPYTER_TOKEN"
+    if error.code == 404 and (not message or message == "Not Found"):
+        return f"{url} was not found (HTTP 404): is the jupyter_gpuckpt extension enabled on the server?"
+    return f"{message or error.reason} (HTTP {error.code})"
+
+
+class GPUCheckpointClient:
+    """Calls the extension's REST API on one server.
+
+    Parameters
+    ----------
+    server
+        Where to send requests.
+    timeout
+        Seconds to wait for an answer to a quick request; operations that wait for their
+        result (``?wait=1``) wait as long as the server takes.
+    """
+
+    def __init__(self, server: Server, timeout: float = 30.0) -> None:
+        self.server = server
+        self.timeout = timeout
+        self._cookies = http.cookiejar.CookieJar()
+        self._opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self._cookies))
+
+    def _xsrf(self) -> str | None:
+        """The ``_xsrf`` cookie a server without a token wants echoed on POSTs.
+
+        A token-authenticated request skips jupyter_server's XSRF check; without a token
+        the check applies, and any page (even its 404 page) sets the cookie.
+        """
+        if not any(c.name == "_xsrf" for c in self._cookies):
+            try:
+                self._opener.open(f"{self.server.url}login", timeout=self.timeout).close()
+            except (urllib.error.URLError, OSError):
+                pass  # the POST itself reports what is wrong
+        return next((c.value for c in self._cookies if c.name == "_xsrf"), None)
+
+    def request(self, method: str, path: str, *, timeout: float | None = None, **params: str) -> Any:
+        """``method`` on ``api/gpuckpt/<path>``; the decoded JSON answer."""
+        url = f"{self.server.url}api/gpuckpt/{path}" + (f"?{urlencode(params)}" if params else "")
+        headers = {"Accept": "application/json"}
+        if self.server.token:
+            headers["Authorization"] = f"token {self.server.token}"
+        elif method != "GET" and (xsrf := self._xsrf()):
+            headers["X-XSRFToken"] = xsrf
+        request = urllib.request.Request(url, data=b"" if method == "POST" else None, headers=headers,
+                                         method=method)
+        try:
+            with self._opener.open(request, timeout=timeout) as response:
+                body = response.read()
+        except urllib.error.HTTPError as e:
+            raise CLIError(_error_message(e, url.partition("?")[0])) from None
+        except urllib.error.URLError as e:
+            reason = e.reason.strerror if isinstance(e.reason, OSError) and e.reason.strerror else e.reason
+            raise CLIError(f"cannot reach the Jupyter server at {self.server.url}: {reason}") from None
+        except (TimeoutError, ConnectionError) as e:
+            raise CLIError(f"the Jupyter server at {self.server.url} did not answer: {e}") from None
+        try:
+            return json.loads(body) if body else None
+        except ValueError:
+            raise CLIError(f"{url} did not answer JSON; is this a Jupyter server?") from None
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path, timeout=self.timeout)
+
+    def kernels(self) -> list[dict[str, Any]]:
+        return list(self.get("kernels"))
+
+    def kernel(self, kernel_id: str) -> dict[str, Any]:
+        return dict(self.get(f"kernels/{quote(kernel_id, safe='')}"))
+
+    def checkpoints(self, kernel_id: str) -> list[dict[str, Any]]:
+        return list(self.get(f"kernels/{quote(kernel_id, safe='')}/checkpoints"))
+
+    def act(self, kernel_id: str, action: str, wait: bool = True) -> dict[str, Any]:
+        """POST ``checkpoint``, ``suspend`` or ``resume``; with ``wait`` the finished model."""
+        path = f"kernels/{quote(kernel_id, safe='')}/{action}"
+        if wait:
+            return dict(self.request("POST", path, timeout=None, wait="1"))
+        return dict(self.request("POST", path, timeout=self.timeout))
+
+    def resolve(self, kernel_id: str) -> str:
+        """A full kernel id from a unique prefix of one; anything else goes to the server as is."""
+        if not kernel_id:
+            raise CLIError("the kernel id is empty")
+        if len(kernel_id) >= _UUID_LENGTH:
+            return kernel_id
+        matches = [k["id"] for k in self.kernels() if str(k["id"]).startswith(kernel_id)]
+        if len(matches) > 1:
+            raise CLIError(f"{kernel_id!r} matches {len(matches)} kernels: {', '.join(matches)}")
+        return str(matches[0]) if matches else kernel_id

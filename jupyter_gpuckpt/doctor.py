@@ -1,0 +1,193 @@
+"""``jupyter gpuckpt doctor``: is this machine ready to checkpoint and suspend GPU kernels?
+
+Each check prints one line, ``OK``, ``WARN`` or ``FAIL`` with a short reason, and any
+``FAIL`` makes the exit code 1. It works without a running server; when one is found (as
+the other commands find it) it is asked too, and its configured store is the one checked.
+A machine without NVIDIA GPUs is a warning, not a failure: kernels still checkpoint on CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, Literal
+
+from jupyter_client.kernelspec import KernelSpecManager
+from jupyter_core.paths import jupyter_config_path
+from jupyter_server.extension.config import ExtensionConfigManager
+
+from kernel_hooks.errors import CheckpointError
+from kernel_hooks.listing import list_checkpoints
+from kernel_hooks.report import human_bytes
+from kernel_hooks.signing import SigningKey
+from kernel_hooks.store import CheckpointStore, default_key_path, default_root
+
+from .cli_client import CLIError, GPUCheckpointClient, find_server
+from .gpus import read_inventory
+from .kernelspec import PROVISIONER_NAME
+
+EXTENSION = "jupyter_gpuckpt"
+MIN_FREE_BYTES = 1 << 30
+"""Less free space than this in the store is a warning."""
+CUDA_CHECKPOINT_DRIVER = 570
+"""First driver with the CUDA process checkpoint API (DESIGN.md, engine 2)."""
+
+
+@dataclass(frozen=True)
+class Check:
+    status: Literal["OK", "WARN", "FAIL"]
+    topic: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.status:<5} {self.topic:<12} {self.detail}"
+
+
+def check_nvml() -> Check:
+    try:
+        import pynvml
+    except ImportError:
+        return Check("WARN", "NVML", "nvidia-ml-py is not installed: no GPU will be assigned")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        return Check("WARN", "NVML", f"cannot start ({e}): no NVIDIA driver here, kernels run without GPUs")
+    try:
+        driver = str(pynvml.nvmlSystemGetDriverVersion())
+        cuda = int(pynvml.nvmlSystemGetCudaDriverVersion())
+    finally:
+        pynvml.nvmlShutdown()
+    major = int(driver.split(".")[0]) if driver.split(".")[0].isdigit() else 0
+    park = "has" if major >= CUDA_CHECKPOINT_DRIVER else f"lacks (needs {CUDA_CHECKPOINT_DRIVER}+)"
+    return Check("OK", "NVML", f"driver {driver}, CUDA {cuda // 1000}.{cuda % 1000 // 10}; "
+                               f"{park} the CUDA checkpoint API")
+
+
+def check_gpus() -> Check:
+    source = " (test inventory from $JUPYTER_GPUCKPT_TEST_GPUS)" if os.environ.get("JUPYTER_GPUCKPT_TEST_GPUS") else ""
+    try:
+        gpus = read_inventory()
+    except (OSError, ValueError, TypeError) as e:
+        return Check("FAIL", "GPUs", f"cannot read the GPU inventory{source}: {e}")
+    if not gpus:
+        return Check("WARN", "GPUs", f"none found{source}; kernels that ask for GPUs cannot start")
+    names = ", ".join(f"{g.index}: {g.name} ({human_bytes(g.memory_total)})" for g in gpus)
+    return Check("OK", "GPUs", f"{len(gpus)}{source}: {names}")
+
+
+def check_provisioner() -> Check:
+    found = entry_points(group="jupyter_client.kernel_provisioners", name=PROVISIONER_NAME)
+    if not found:
+        return Check("FAIL", "provisioner", f"entry point {PROVISIONER_NAME} is not registered; "
+                                            "reinstall jupyter-gpuckpt")
+    entry = next(iter(found))
+    try:
+        entry.load()
+    except Exception as e:  # any import failure makes every gpuckpt kernel fail to start
+        return Check("FAIL", "provisioner", f"{entry.value} does not import: {e}")
+    return Check("OK", "provisioner", f"{PROVISIONER_NAME} = {entry.value}")
+
+
+def check_kernelspecs() -> list[Check]:
+    specs: dict[str, dict[str, Any]] = KernelSpecManager().get_all_specs()
+    checks = []
+    for name, found in sorted(specs.items()):
+        spec = found["spec"]
+        provisioner = spec.get("metadata", {}).get("kernel_provisioner", {})
+        if provisioner.get("provisioner_name") != PROVISIONER_NAME:
+            continue
+        argv = spec.get("argv") or [""]
+        gpus = provisioner.get("config", {}).get("gpus", "default")
+        if shutil.which(argv[0]) is None:
+            checks.append(Check("FAIL", "kernelspec", f"{name}: its interpreter {argv[0]} is missing"))
+        elif "--ext=kernel_hooks" not in argv:
+            checks.append(Check("WARN", "kernelspec", f"{name}: does not load kernel_hooks (--ext=kernel_hooks)"))
+        else:
+            checks.append(Check("OK", "kernelspec", f"{name} in {found['resource_dir']} (gpus: {gpus})"))
+    return checks or [Check("WARN", "kernelspec", f"no kernelspec selects {PROVISIONER_NAME}; "
+                                                  "run `jupyter gpuckpt install-kernelspec --user`")]
+
+
+def check_extension() -> Check:
+    # The same merge of every config dir that ServerApp makes (user dir first).
+    config = ExtensionConfigManager(read_config_path=jupyter_config_path())
+    enabled: dict[str, bool] = config.get_jpserver_extensions()  # type: ignore[no-untyped-call]
+    if enabled.get(EXTENSION):
+        return Check("OK", "extension", f"{EXTENSION} is enabled in the Jupyter config")
+    return Check("FAIL", "extension", f"{EXTENSION} is {'disabled' if EXTENSION in enabled else 'not enabled'}; "
+                                      f"run `jupyter server extension enable {EXTENSION}`")
+
+
+def check_server(url: str | None, token: str | None) -> tuple[list[Check], dict[str, Any] | None]:
+    """The server's answer, and its policy (which names its store) when it answered."""
+    try:
+        client = GPUCheckpointClient(find_server(url, token), timeout=10.0)
+    except CLIError as e:
+        return [Check("WARN", "server", f"{e}; only local checks were made")], None
+    try:
+        policy = dict(client.get("policy"))
+        inventory = dict(client.get("gpus"))
+    except CLIError as e:
+        return [Check("FAIL", "server", str(e))], None
+    idle = policy.get("idle_timeout") or 0
+    suspends = f"suspends kernels idle {idle:g} s" if idle else "suspends nothing by itself (idle_timeout 0)"
+    gpus = inventory.get("gpus") or []
+    held = sum(1 for g in gpus if g.get("kernel_id"))
+    return [Check("OK", "server", f"{client.server.url} runs the extension; it {suspends}"),
+            Check("OK", "server GPUs", f"{inventory.get('node')}: {len(gpus)} GPU(s), {held} held by kernels")], policy
+
+
+def check_store(root: Path) -> list[Check]:
+    existing = root
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == root and not root.is_dir():
+        return [Check("FAIL", "store", f"{root} is not a directory")]
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return [Check("FAIL", "store", f"{existing} is not writable by this user, so {root} cannot be used")]
+    free = shutil.disk_usage(existing).free
+    where = str(root) if root.exists() else f"{root} (the first checkpoint creates it)"
+    low = free < MIN_FREE_BYTES
+    checks = [Check("WARN" if low else "OK", "store", f"{where}: {human_bytes(free)} free" + (", low" if low else ""))]
+    try:
+        store = CheckpointStore(root)
+        ids = store.ids()
+        if ids and not store.key.path.exists():
+            return [*checks, Check("WARN", "checkpoints", f"{len(ids)}, but no signing key to verify them")]
+        infos = list_checkpoints(store)
+    except (OSError, CheckpointError) as e:
+        return [*checks, Check("FAIL", "checkpoints", f"cannot list them: {e}")]
+    bad = [info for info in infos if info.problem]
+    if bad:
+        return [*checks, Check("WARN", "checkpoints", f"{len(infos)} in {store.base}, {len(bad)} unusable: "
+                                                      f"{bad[0].problem}")]
+    return [*checks, Check("OK", "checkpoints", f"{len(infos) or 'none yet'} in {store.base}")]
+
+
+def check_key(path: Path) -> Check:
+    if not path.exists():
+        return Check("OK", "signing key", f"{path} does not exist yet (the first checkpoint creates it, mode 0600)")
+    try:
+        SigningKey(path).check()
+    except (OSError, CheckpointError) as e:
+        return Check("FAIL", "signing key", str(e))
+    return Check("OK", "signing key", f"{path} (mode {path.stat().st_mode & 0o777:04o})")
+
+
+def run_checks(url: str | None = None, token: str | None = None) -> list[Check]:
+    """Every check, in the order they are printed."""
+    server_checks, policy = check_server(url, token)
+    root = Path(policy["store_root"]) if policy and policy.get("store_root") else default_root()
+    return [check_nvml(), check_gpus(), check_provisioner(), *check_kernelspecs(), check_extension(),
+            *server_checks, *check_store(root), check_key(default_key_path())]
+
+
+def main(url: str | None = None, token: str | None = None) -> int:
+    """Print the checks; 1 if any failed, else 0."""
+    checks = run_checks(url, token)
+    for check in checks:
+        print(check.line())
+    return 1 if any(check.status == "FAIL" for check in checks) else 0

@@ -1,0 +1,266 @@
+"""``jupyter gpuckpt`` against a real jupyter_server in its own process, with real kernels.
+
+One server (and its kernels) serves the module; each command runs as ``jupyter gpuckpt ...``
+in a subprocess whose Jupyter dirs are the server's, so it finds the server the way
+``jupyter server list`` does. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jupyter_client.blocking import BlockingKernelClient
+
+from jupyter_gpuckpt.cli_client import CLIError, _pick
+
+TOKEN = "gpuckpt-cli-test-token"
+KERNEL_NAME = "python3-gpuckpt"
+JUPYTER = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
+
+
+@dataclass
+class Server:
+    url: str
+    env: dict[str, str]
+    root: Path
+    data_dir: Path
+    runtime_dir: Path
+
+    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        request = urllib.request.Request(
+            f"{self.url}{path}", method=method, headers={"Authorization": f"token {TOKEN}"},
+            data=None if body is None and method == "GET" else json.dumps(body or {}).encode())
+        with urllib.request.urlopen(request, timeout=60) as response:
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+    def cli(self, *args: str, discover: bool = False, env: dict[str, str] | None = None,
+            **kwargs: Any) -> subprocess.CompletedProcess[str]:
+        """``jupyter gpuckpt ARGS``, with --url and --token unless ``discover``."""
+        explicit = [] if discover or args[0] in ("install-kernelspec", "doctor") else ["--url", self.url, "--token", TOKEN]
+        return subprocess.run([JUPYTER, "gpuckpt", *args, *explicit], env=env or self.env, cwd=self.root,
+                              stdout=subprocess.PIPE, stderr=kwargs.pop("stderr", subprocess.PIPE), text=True,
+                              timeout=180, **kwargs)
+
+    def start_kernel(self, name: str = KERNEL_NAME) -> str:
+        return str(self.api("POST", "api/kernels", {"name": name})["id"])
+
+    def run(self, kernel_id: str, code: str) -> str:
+        """Run ``code`` in the kernel through its connection file; its stdout."""
+        client = BlockingKernelClient(connection_file=str(self.runtime_dir / f"kernel-{kernel_id}.json"))
+        client.load_connection_file()
+        client.start_channels()
+        out: list[str] = []
+        try:
+            client.wait_for_ready(timeout=60)
+            client.execute_interactive(code, timeout=60, output_hook=lambda msg: out.append(
+                msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None)
+        finally:
+            client.stop_channels()
+        return "".join(out)
+
+
+def _ok(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, f"exit {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+    return result.stdout
+
+
+def _failed(result: subprocess.CompletedProcess[str]) -> str:
+    """The one line a failed command printed to stderr."""
+    assert result.returncode == 1, f"exit {result.returncode}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def _state(server: Server, kernel_id: str) -> str:
+    rows = [line.split() for line in _ok(server.cli("list")).splitlines()]
+    assert rows[0][:3] == ["KERNEL", "ID", "KERNELSPEC"]
+    return next(row[2] for row in rows[1:] if row[0] == kernel_id)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    base = tmp_path_factory.mktemp("cli")
+    dirs = {name: base / name for name in ("data", "runtime", "config", "ipython", "root")}
+    for path in dirs.values():
+        path.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
+    env.update(JUPYTER_DATA_DIR=str(dirs["data"]), JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
+               JUPYTER_CONFIG_DIR=str(dirs["config"]), IPYTHONDIR=str(dirs["ipython"]), JUPYTER_PLATFORM_DIRS="1")
+    listed = subprocess.run([JUPYTER, "server", "extension", "list"], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert "jupyter_gpuckpt \x1b[32menabled" in listed.stdout + listed.stderr
+    log = (base / "server.log").open("w")
+    url: str | None = None
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", "--ip=127.0.0.1", "--port=0",
+         f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={dirs['root']}",
+         "--GPUCheckpointApp.policy_interval=3600"],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        info_file = dirs["runtime"] / f"jpserver-{process.pid}.json"
+        deadline = time.monotonic() + 60
+        while not info_file.exists():
+            assert process.poll() is None, (base / "server.log").read_text()
+            assert time.monotonic() < deadline, "the server wrote no info file"
+            time.sleep(0.1)
+        time.sleep(0.2)  # written in one go, but let it land
+        url = json.loads(info_file.read_text())["url"]
+        found = Server(url, env, dirs["root"], dirs["data"], dirs["runtime"])
+        assert found.api("GET", "api/gpuckpt/policy")["idle_timeout"] == 0  # the extension answers
+        yield found
+    finally:
+        try:
+            shutdown = urllib.request.Request(f"{url}api/shutdown", method="POST", data=b"",
+                                              headers={"Authorization": f"token {TOKEN}"})
+            with urllib.request.urlopen(shutdown, timeout=10):
+                pass
+            process.wait(timeout=30)
+        except Exception:  # a server that will not stop politely is ended
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def kernelspec(server: Server) -> Path:
+    """The kernelspec, installed by the CLI into the server's user data dir."""
+    out = _ok(server.cli("install-kernelspec", "--user", "--gpus", "0"))
+    where = server.data_dir / "kernels" / KERNEL_NAME
+    assert str(where) in out
+    return where
+
+
+def test_install_kernelspec_selects_the_provisioner(server: Server, kernelspec: Path) -> None:
+    spec = json.loads((kernelspec / "kernel.json").read_text())
+    assert spec["metadata"]["kernel_provisioner"] == {"provisioner_name": "gpuckpt-provisioner",
+                                                      "config": {"gpus": 0}}
+    assert KERNEL_NAME in server.api("GET", "api/kernelspecs")["kernelspecs"]
+    usage = server.cli("install-kernelspec", "--user", "--sys-prefix")
+    assert usage.returncode == 2 and "not allowed with argument" in usage.stderr
+
+
+def test_checkpoint_suspend_resume_round_trip(server: Server, kernelspec: Path) -> None:
+    kernel_id = server.start_kernel()
+    server.run(kernel_id, "answer = 42")
+    assert _state(server, kernel_id) == "running"
+
+    out = _ok(server.cli("checkpoint", kernel_id))
+    assert out.startswith(f"Checkpointed {kernel_id} in ")
+    checkpoints = _ok(server.cli("checkpoints", kernel_id)).splitlines()
+    assert checkpoints[0].split()[:2] == ["ID", "CREATED"] and len(checkpoints) == 2
+    assert json.loads(_ok(server.cli("checkpoints", kernel_id, "--json")))[0]["variables"] == 1
+
+    out = _ok(server.cli("suspend", kernel_id[:8]))  # a unique prefix is enough
+    assert out.startswith(f"Suspended {kernel_id} in ") and "its GPUs are free" in out
+    assert _state(server, kernel_id) == "suspended"
+    assert "ago," in _ok(server.cli("list"))  # the last checkpoint's age and size
+
+    out = _ok(server.cli("resume", kernel_id))
+    assert out.startswith(f"Resumed {kernel_id} in ")
+    assert _state(server, kernel_id) == "running"
+    assert server.run(kernel_id, "print(answer)").strip() == "42"
+
+
+def test_errors_are_one_line_with_the_servers_reason(server: Server, kernelspec: Path) -> None:
+    assert _failed(server.cli("suspend", "not-a-kernel")) == (
+        "jupyter gpuckpt suspend: 'not-a-kernel' is not a kernel id (HTTP 400)")
+    unknown = "00000000-0000-0000-0000-000000000000"
+    assert _failed(server.cli("suspend", unknown)).endswith(f"{unknown} (HTTP 404)")  # the server's words
+    plain = server.start_kernel("python3")
+    assert "not started with a gpuckpt kernelspec" in _failed(server.cli("suspend", plain))
+    wrong_token = server.cli("list", "--url", server.url, "--token", "wrong", discover=True)
+    assert "HTTP 403" in _failed(wrong_token) and "--token" in wrong_token.stderr
+    closed = f"http://127.0.0.1:{_closed_port()}"
+    assert _failed(server.cli("list", "--url", closed, discover=True)) == (
+        f"jupyter gpuckpt list: cannot reach the Jupyter server at {closed}/: Connection refused")
+
+
+def test_the_server_is_found_like_jupyter_server_list_finds_it(server: Server, kernelspec: Path) -> None:
+    assert _ok(server.cli("list", discover=True)).startswith("KERNEL ID")
+    other_token = {**server.env, "JUPYTER_TOKEN": "another-servers-token"}  # the found server's own wins
+    assert _ok(server.cli("list", discover=True, env=other_token)).startswith("KERNEL ID")
+    from_env = {**server.env, "JUPYTER_GPUCKPT_URL": server.url, "JUPYTER_TOKEN": TOKEN,
+                "JUPYTER_RUNTIME_DIR": str(server.root)}  # nothing to discover there
+    assert _ok(server.cli("list", "--json", discover=True, env=from_env)).startswith("[")
+    alone = {**server.env, "JUPYTER_RUNTIME_DIR": str(server.root)}
+    assert _failed(server.cli("list", discover=True, env=alone)).endswith("no running Jupyter server found "
+                                                                          "(start one, or pass --url and --token)")
+
+
+def test_several_servers_are_told_apart_by_root_dir(tmp_path: Path) -> None:
+    outer = {"url": "http://a/", "root_dir": str(tmp_path)}
+    inner = {"url": "http://b/", "root_dir": str(tmp_path / "project")}
+    (tmp_path / "project" / "notebooks").mkdir(parents=True)
+    assert _pick([outer, inner], tmp_path / "project" / "notebooks") is inner
+    assert _pick([outer, inner], tmp_path) is outer
+    with pytest.raises(CLIError, match="2 Jupyter servers are running .*--url"):
+        _pick([outer, inner], Path("/"))
+
+
+def test_doctor_reports_each_part(server: Server, kernelspec: Path) -> None:
+    lines = _ok(server.cli("doctor")).splitlines()
+    topics = {line.split()[1]: line.split()[0] for line in lines}
+    assert topics["NVML"] in ("OK", "WARN")  # no GPU driver on CI machines is a warning
+    assert {topics[t] for t in ("provisioner", "kernelspec", "extension", "server", "store", "signing")} == {"OK"}
+    assert any(line.startswith("OK    kernelspec   python3-gpuckpt in ") for line in lines)
+    assert any(line.startswith(f"OK    server       {server.url} runs the extension") for line in lines)
+    assert any(f"{server.data_dir}/gpuckpt/signing.key (mode 0600)" in line for line in lines)
+
+
+def test_progress_is_shown_on_a_terminal(server: Server, kernelspec: Path) -> None:
+    kernel_id = server.start_kernel()
+    server.run(kernel_id, "numbers = list(range(1000))")
+    controller, terminal = pty.openpty()
+    shown = bytearray()
+
+    def read() -> None:
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # the terminal's last holder closed it
+                return
+            if not chunk:
+                return
+            shown.extend(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        result = server.cli("suspend", kernel_id, stderr=terminal)
+    finally:
+        os.close(terminal)
+        reader.join(timeout=10)
+        os.close(controller)
+    assert result.returncode == 0 and result.stdout.startswith(f"Suspended {kernel_id} in ")
+    assert f"\rsuspend {kernel_id[:8]}  ".encode() in shown  # the status line, redrawn in place
+    assert shown.endswith(b"\r\x1b[K")  # and wiped before the result is printed
+
+    out = _ok(server.cli("resume", kernel_id, "--no-wait"))
+    assert out.startswith(f"resume of {kernel_id} started")
+    deadline = time.monotonic() + 60
+    while server.api("GET", f"api/gpuckpt/kernels/{kernel_id}")["state"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.3)

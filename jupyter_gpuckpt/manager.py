@@ -9,6 +9,7 @@ kernel to its last safe state and keeps the reason in ``last_error``.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -309,7 +310,7 @@ class CheckpointManager:
             if kernel_id in self.kernel_manager:
                 continue
             await self.kernel_manager.start_kernel(kernel_id=kernel_id, kernel_name=entry["kernelspec"],
-                                                   env={START_SUSPENDED: "1"})
+                                                   env={**os.environ, START_SUSPENDED: "1"})
             record = self.record(kernel_id)
             record.state = State.SUSPENDED
             record.last_checkpoint = entry.get("last_checkpoint")

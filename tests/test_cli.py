@@ -10,68 +10,17 @@ from __future__ import annotations
 import json
 import os
 import pty
-import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from jupyter_client.blocking import BlockingKernelClient
+from live_server import JUPYTER, KERNEL_NAME, TOKEN, Server, jupyter_env, running_server
 
 from jupyter_gpuckpt.cli_client import CLIError, _pick
-
-TOKEN = "gpuckpt-cli-test-token"
-KERNEL_NAME = "python3-gpuckpt"
-JUPYTER = shutil.which("jupyter", path=str(Path(sys.executable).parent)) or "jupyter"
-
-
-@dataclass
-class Server:
-    url: str
-    env: dict[str, str]
-    root: Path
-    data_dir: Path
-    runtime_dir: Path
-
-    def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        request = urllib.request.Request(
-            f"{self.url}{path}", method=method, headers={"Authorization": f"token {TOKEN}"},
-            data=None if body is None and method == "GET" else json.dumps(body or {}).encode())
-        with urllib.request.urlopen(request, timeout=60) as response:
-            raw = response.read()
-        return json.loads(raw) if raw else None
-
-    def cli(self, *args: str, discover: bool = False, env: dict[str, str] | None = None,
-            **kwargs: Any) -> subprocess.CompletedProcess[str]:
-        """``jupyter gpuckpt ARGS``, with --url and --token unless ``discover``."""
-        explicit = [] if discover or args[0] in ("install-kernelspec", "doctor") else ["--url", self.url, "--token", TOKEN]
-        return subprocess.run([JUPYTER, "gpuckpt", *args, *explicit], env=env or self.env, cwd=self.root,
-                              stdout=subprocess.PIPE, stderr=kwargs.pop("stderr", subprocess.PIPE), text=True,
-                              timeout=180, **kwargs)
-
-    def start_kernel(self, name: str = KERNEL_NAME) -> str:
-        return str(self.api("POST", "api/kernels", {"name": name})["id"])
-
-    def run(self, kernel_id: str, code: str) -> str:
-        """Run ``code`` in the kernel through its connection file; its stdout."""
-        client = BlockingKernelClient(connection_file=str(self.runtime_dir / f"kernel-{kernel_id}.json"))
-        client.load_connection_file()
-        client.start_channels()
-        out: list[str] = []
-        try:
-            client.wait_for_ready(timeout=60)
-            client.execute_interactive(code, timeout=60, output_hook=lambda msg: out.append(
-                msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None)
-        finally:
-            client.stop_channels()
-        return "".join(out)
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> str:
@@ -103,45 +52,12 @@ def _closed_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     base = tmp_path_factory.mktemp("cli")
-    dirs = {name: base / name for name in ("data", "runtime", "config", "ipython", "root")}
-    for path in dirs.values():
-        path.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("JUPYTER", "JPY_"))}
-    env.update(JUPYTER_DATA_DIR=str(dirs["data"]), JUPYTER_RUNTIME_DIR=str(dirs["runtime"]),
-               JUPYTER_CONFIG_DIR=str(dirs["config"]), IPYTHONDIR=str(dirs["ipython"]), JUPYTER_PLATFORM_DIRS="1")
-    listed = subprocess.run([JUPYTER, "server", "extension", "list"], env=env, capture_output=True, text=True,
-                            timeout=60)
+    listed = subprocess.run([JUPYTER, "server", "extension", "list"], env=jupyter_env(base), capture_output=True,
+                            text=True, timeout=60)
     assert "jupyter_gpuckpt \x1b[32menabled" in listed.stdout + listed.stderr
-    log = (base / "server.log").open("w")
-    url: str | None = None
-    process = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", "--ip=127.0.0.1", "--port=0",
-         f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={dirs['root']}",
-         "--GPUCheckpointApp.policy_interval=3600"],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        info_file = dirs["runtime"] / f"jpserver-{process.pid}.json"
-        deadline = time.monotonic() + 60
-        while not info_file.exists():
-            assert process.poll() is None, (base / "server.log").read_text()
-            assert time.monotonic() < deadline, "the server wrote no info file"
-            time.sleep(0.1)
-        time.sleep(0.2)  # written in one go, but let it land
-        url = json.loads(info_file.read_text())["url"]
-        found = Server(url, env, dirs["root"], dirs["data"], dirs["runtime"])
+    with running_server(base) as found:
         assert found.api("GET", "api/gpuckpt/policy")["idle_timeout"] == 0  # the extension answers
         yield found
-    finally:
-        try:
-            shutdown = urllib.request.Request(f"{url}api/shutdown", method="POST", data=b"",
-                                              headers={"Authorization": f"token {TOKEN}"})
-            with urllib.request.urlopen(shutdown, timeout=10):
-                pass
-            process.wait(timeout=30)
-        except Exception:  # a server that will not stop politely is ended
-            process.kill()
-            process.wait()
-        log.close()
 
 
 @pytest.fixture(scope="module")

@@ -74,3 +74,22 @@ def test_cupy_arrays_round_trip(kernels):
     fresh.ok(f"%gpuckpt restore {checkpoint}")
     assert fresh.value("(type(ca).__name__, float(ca[123457]), float(cv[10]), ca.device.id)") == (
         "ndarray", 123457.0, 20.0, 0)
+
+
+async def test_server_assigns_a_real_gpu_by_uuid_and_frees_it_on_suspend(jp_fetch, jp_serverapp):
+    from server_fixtures import api, run, start_kernel
+
+    from jupyter_gpuckpt.gpus import read_nvml
+
+    gpus = read_nvml()
+    assert gpus, "NVML sees no GPU on a machine where torch does"
+    kernel_id = await start_kernel(jp_fetch)
+    out = await run(jp_serverapp, kernel_id, "import os, torch; x = torch.ones(1 << 20, device='cuda')\n"
+                                             "print(os.environ['CUDA_VISIBLE_DEVICES'], torch.cuda.device_count())")
+    uuid, count = out.split()
+    assert uuid in {g.uuid for g in gpus} and count == "1"
+    model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    assert model["gpus"] == []
+    assert all(g["kernel_id"] is None for g in (await api(jp_fetch, "gpus"))["gpus"])
+    model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    assert [g["uuid"] for g in model["gpus"]] and "cuda" in await run(jp_serverapp, kernel_id, "print(x.device)")

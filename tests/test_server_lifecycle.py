@@ -88,3 +88,9 @@ def _is_kernel_of(pid: int, kernel_id: str) -> bool:
     except OSError:
         return False
     return "ipykernel_launcher" in cmdline and f"kernel-{kernel_id}.json" in cmdline and _alive(pid)
+
+
+async def test_kernelspec_loads_the_hooks_at_start(jp_fetch, jp_serverapp):
+    kernel_id = await start_kernel(jp_fetch)
+    out = await run(jp_serverapp, kernel_id, "%gpuckpt list")
+    assert out.strip() == "No checkpoints."

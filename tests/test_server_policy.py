@@ -66,3 +66,26 @@ async def test_kernelspec_metadata_overrides_the_idle_timeout(jp_fetch, jp_serve
     assert (await api(jp_fetch, "kernels", slow))["state"] == "running"
     policy = await api(jp_fetch, "policy")
     assert policy["idle_timeout"] == 3600.0
+
+
+@pytest.mark.parametrize("gpuckpt_config", [{"checkpoint_interval": 1.0, "policy_interval": 0.5}])
+async def test_periodic_checkpoints_follow_the_users_work(jp_fetch, jp_serverapp, gpuckpt_config):
+    await _start_policy(jp_serverapp)
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, "step = 1")
+    for _ in range(100):
+        first = (await api(jp_fetch, "kernels", kernel_id))["last_checkpoint"]
+        if first:
+            break
+        await asyncio.sleep(0.2)
+    assert first is not None
+    await asyncio.sleep(2.5)  # idle: nothing new to save, so no new checkpoint
+    assert (await api(jp_fetch, "kernels", kernel_id))["last_checkpoint"]["id"] == first["id"]
+    await run(jp_serverapp, kernel_id, "step = 2")
+    for _ in range(100):
+        latest = (await api(jp_fetch, "kernels", kernel_id))["last_checkpoint"]
+        if latest["id"] != first["id"]:
+            break
+        await asyncio.sleep(0.2)
+    assert latest["id"] != first["id"] and latest["last_cell"] > first["last_cell"]
+    assert (await api(jp_fetch, "kernels", kernel_id))["state"] == "running"

@@ -36,7 +36,8 @@ def main() -> None:
         with running_server(base) as server:
             kernel_id = server.start_kernel()
             n = int(args.gb * 1e9 / 8 / 8)
-            server.run(kernel_id, f"import numpy as np\narrays = [np.random.default_rng(i).random({n}) for i in range(8)]\n"
+            server.run(kernel_id, "import numpy as np\n"
+                                  f"arrays = [np.random.default_rng(i).random({n}) for i in range(8)]\n"
                                   "check = float(sum(a.sum() for a in arrays))")
             expected = server.run(kernel_id, "print(check)").strip()
             suspends, resumes = [], []

@@ -21,7 +21,7 @@ from .ledger import Ledger
 from .manager import CheckpointManager
 
 
-class GPUCheckpointApp(ExtensionApp):  # type: ignore[misc]
+class GPUCheckpointApp(ExtensionApp):
     """Suspend idle GPU kernels to checkpoints and resume them on demand."""
 
     name = "jupyter_gpuckpt"
@@ -30,7 +30,8 @@ class GPUCheckpointApp(ExtensionApp):  # type: ignore[misc]
                                            "Default: $JUPYTER_GPUCKPT_STORE or <jupyter data dir>/gpuckpt/store.")
     ledger_path = Unicode(config=True, help="File remembering suspended kernels across server restarts.")
     idle_timeout = Float(0.0, config=True, help="Suspend a kernel idle this many seconds; 0 never suspends by policy.")
-    gpu_utilization_threshold = Int(5, config=True, help="A kernel whose GPUs are busier than this (percent) is not idle.")
+    gpu_utilization_threshold = Int(5, config=True,
+                                    help="A kernel whose GPUs are busier than this (percent) is not idle.")
     suspend_connected = Bool(True, config=True, help="Whether kernels with open browser connections may be suspended.")
     exempt_kernels = List(Unicode(), config=True, help="Kernel ids never suspended by policy.")
     exempt_kernelspecs = List(Unicode(), config=True, help="Kernelspec names never suspended by policy.")
@@ -53,6 +54,7 @@ class GPUCheckpointApp(ExtensionApp):  # type: ignore[misc]
         GPUPool.clear_instance()  # this server's inventory, read now
         GPUPool.instance(parent=self)
         self.tasks: dict[str, asyncio.Task[Any]] = {}
+        assert self.serverapp is not None, "settings are initialized once the server is linked"
         self.manager = CheckpointManager(self.serverapp.kernel_manager, Path(self.store_root),
                                          Ledger(Path(self.ledger_path)), self.call_timeout, self.emit,
                                          self.keep_checkpoints)
@@ -127,6 +129,7 @@ class GPUCheckpointApp(ExtensionApp):  # type: ignore[misc]
     async def policy_pass(self) -> None:
         """One pass: each kernel is decided and acted on independently."""
         now = policy.now()
+        assert self.serverapp is not None
         for kernel_id in list(self.serverapp.kernel_manager.list_kernel_ids()):
             try:
                 action = policy.decide(self.policy_for(kernel_id), self.manager.model(kernel_id), now)

@@ -23,7 +23,7 @@ AUTH_RESOURCE = "kernels"
 _KERNEL_ID = re.compile(r"[0-9a-fA-F-]{1,64}")
 
 
-class GPUCheckpointHandler(APIHandler):  # type: ignore[misc]
+class GPUCheckpointHandler(APIHandler):
     """Base: access to the extension's manager and app; ids checked before use."""
 
     auth_resource = AUTH_RESOURCE

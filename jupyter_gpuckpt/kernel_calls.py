@@ -8,8 +8,8 @@ namespace. The reply carries a JSON string back.
 from __future__ import annotations
 
 import ast
-import queue
 import json
+import queue
 import uuid
 from typing import Any
 

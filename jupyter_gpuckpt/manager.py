@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from jupyter_client.session import Session
+from tornado.web import HTTPError
+
 from kernel_hooks.listing import list_checkpoints
 from kernel_hooks.store import CheckpointStore
-from tornado.web import HTTPError
 
 from . import kernel_calls
 from .ledger import Ledger
@@ -85,8 +86,8 @@ class CheckpointManager:
         counts = self.executions.setdefault(kernel_id, [])
 
         def on_message(parts: list[bytes]) -> None:
-            _, parts = session.feed_identities(parts)
-            msg = session.deserialize(parts)
+            _, frames = session.feed_identities(parts)
+            msg = session.deserialize(frames)
             if msg["header"]["msg_type"] == "execute_input":
                 counts.append(int(msg["content"]["execution_count"]))
 

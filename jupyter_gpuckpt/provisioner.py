@@ -12,7 +12,7 @@ import asyncio
 import signal
 from typing import Any
 
-from jupyter_client.provisioning import LocalProvisioner
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Int
 
 from .gpus import GPUPool
@@ -20,7 +20,7 @@ from .gpus import GPUPool
 START_SUSPENDED = "JUPYTER_GPUCKPT_START_SUSPENDED"
 
 
-class GPUCheckpointProvisioner(LocalProvisioner):  # type: ignore[misc]
+class GPUCheckpointProvisioner(LocalProvisioner):
     """A :class:`LocalProvisioner` that assigns GPUs and can end and relaunch its process."""
 
     gpus = Int(

@@ -13,20 +13,20 @@ import asyncio
 import json
 from typing import Any
 
+from jupyter_client.jsonutil import json_default
 from jupyter_server.services.kernels.connection.base import (
     deserialize_msg_from_ws_v1,
     serialize_msg_to_ws_v1,
 )
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from jupyter_server.utils import ensure_async
-from jupyter_client.jsonutil import json_default
 
 from .lifecycle import State
 
 _V1 = "v1.kernel.websocket.jupyter.org"
 
 
-class SuspendAwareConnection(ZMQChannelsWebsocketConnection):  # type: ignore[misc]
+class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
     """A ``ZMQChannelsWebsocketConnection`` that knows about suspended kernels."""
 
     _held: list[Any]

@@ -1,17 +1,16 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
-
-import json
 from typing import Any
 
 import pytest
+from kernels import Kernel, KernelFactory
+from server_fixtures import FAST_KERNEL_NAME, KERNEL_NAME
 from traitlets.config import Config
 
 from jupyter_gpuckpt.kernelspec import kernelspec_json
-from kernels import Kernel, KernelFactory
-from server_fixtures import FAST_KERNEL_NAME, KERNEL_NAME
 
 
 @pytest.fixture

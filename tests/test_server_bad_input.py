@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from tornado.httpclient import HTTPClientError
-
 from server_fixtures import api, run, start_kernel
+from tornado.httpclient import HTTPClientError
 
 
 @pytest.mark.parametrize("authorization", ["token not-the-token", ""])

@@ -6,7 +6,6 @@ import asyncio
 import json
 
 import pytest
-
 from server_fixtures import api, run, start_kernel
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from server_fixtures import FAST_KERNEL_NAME, api, run, start_kernel
 
 

@@ -57,7 +57,7 @@ class GPUCheckpointApp(ExtensionApp):
         assert self.serverapp is not None, "settings are initialized once the server is linked"
         self.manager = CheckpointManager(self.serverapp.kernel_manager, Path(self.store_root),
                                          Ledger(Path(self.ledger_path)), self.call_timeout, self.emit,
-                                         self.keep_checkpoints)
+                                         self.keep_checkpoints, self.serverapp.session_manager)
         events.register_schemas(self.serverapp)
         self.metrics = metrics.track(self)
         self._policy_task: asyncio.Task[None] | None = None

@@ -38,6 +38,8 @@ class KernelRecord:
     notice: str | None = None
     suspended_at: float | None = None
     kernel_info: dict[str, Any] | None = None
+    session: dict[str, Any] | None = None
+    """The notebook's session (path, name, type), to attach it again after a server restart."""
     progress: float | None = None
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     resumed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
@@ -57,4 +59,4 @@ class KernelRecord:
     def ledger_entry(self) -> dict[str, Any]:
         return {"kernelspec": self.kernelspec, "state": self.state.value,
                 "last_checkpoint": self.last_checkpoint, "suspended_at": self.suspended_at,
-                "kernel_info": self.kernel_info}
+                "kernel_info": self.kernel_info, "session": self.session}

@@ -47,8 +47,9 @@ class CheckpointManager:
     """
 
     def __init__(self, kernel_manager: Any, store_root: Path, ledger: Ledger, call_timeout: float,
-                 emit: Emit, keep_checkpoints: int = 0) -> None:
+                 emit: Emit, keep_checkpoints: int = 0, session_manager: Any = None) -> None:
         self.kernel_manager = kernel_manager
+        self.session_manager = session_manager
         self.store_root = store_root
         self.keep_checkpoints = keep_checkpoints
         self.ledger = ledger
@@ -128,21 +129,32 @@ class CheckpointManager:
 
     # -- operations ----------------------------------------------------------------------
 
-    async def _call(self, kernel_id: str, function: str, /, **kwargs: Any) -> dict[str, Any]:
-        """Call the engine in the kernel without counting as the user's activity."""
+    async def _call(self, kernel_id: str, function: str, event: str, /, **kwargs: Any) -> dict[str, Any]:
+        """Call the engine in the kernel without counting as the user's activity.
+
+        Its progress becomes the record's ``progress`` (0 to 1) and ``event`` events.
+        """
         km = self.km(kernel_id)
+        record = self.record(kernel_id)
         before = getattr(km, "last_activity", None)
+
+        def on_progress(done: int, total: int) -> None:
+            record.progress = done / total
+            self.emit(event, {"kernel_id": kernel_id, "phase": "progress", "bytes_done": done,
+                              "bytes_total": total})
+
         try:
-            return await kernel_calls.call(km, function, self.call_timeout, **kwargs)
+            return await kernel_calls.call(km, function, self.call_timeout, on_progress=on_progress, **kwargs)
         finally:
+            record.progress = None
             # jupyter_server's iopub watcher sees our busy/idle status messages on its own
             # socket; let it drain, then put the user's last activity back.
             await asyncio.sleep(0.2)
             if before is not None:
                 km.last_activity = before
 
-    async def _save(self, kernel_id: str, record: KernelRecord) -> dict[str, Any]:
-        answer = await self._call(kernel_id, "save", store=str(self.store_root), kernel_id=kernel_id,
+    async def _save(self, kernel_id: str, record: KernelRecord, event: str) -> dict[str, Any]:
+        answer = await self._call(kernel_id, "save", event, store=str(self.store_root), kernel_id=kernel_id,
                                   kernelspec=record.kernelspec)
         if not answer["ok"]:
             raise HTTPError(500, f"checkpoint failed: {answer['error']}")
@@ -167,7 +179,7 @@ class CheckpointManager:
             started = time.time()
             self.emit("checkpoint", {"kernel_id": kernel_id, "phase": "started", "reason": reason})
             try:
-                result = await self._save(kernel_id, record)
+                result = await self._save(kernel_id, record, "checkpoint")
             except (HTTPError, kernel_calls.KernelCallError) as e:
                 record.last_error = _message(e)
                 self.emit("checkpoint", {"kernel_id": kernel_id, "phase": "failed", "reason": reason,
@@ -198,7 +210,8 @@ class CheckpointManager:
             self.emit("suspend", {"kernel_id": kernel_id, "phase": "started", "reason": reason})
             try:
                 record.kernel_info = await self._kernel_info(kernel_id)
-                result = await self._save(kernel_id, record)
+                record.session = await self._session_of(kernel_id)
+                result = await self._save(kernel_id, record, "suspend")
             except (HTTPError, kernel_calls.KernelCallError) as e:
                 record.state = State.RUNNING
                 record.last_error = _message(e)
@@ -217,6 +230,14 @@ class CheckpointManager:
                                   "bytes": result["bytes_total"], "bytes_written": result["bytes_written"],
                                   "seconds": time.time() - started})
             return self.model(kernel_id)
+
+    async def _session_of(self, kernel_id: str) -> dict[str, Any] | None:
+        if self.session_manager is None:
+            return None
+        for session in await self.session_manager.list_sessions():
+            if session["kernel"]["id"] == kernel_id:
+                return {key: session.get(key) for key in ("path", "name", "type")}
+        return None
 
     async def _kernel_info(self, kernel_id: str) -> dict[str, Any]:
         client = self.km(kernel_id).client()
@@ -242,7 +263,7 @@ class CheckpointManager:
             self.emit("resume", {"kernel_id": kernel_id, "phase": "started", "reason": reason})
             try:
                 await provisioner.resume()
-                report = await self._restore(kernel_id, record)
+                report = await self._restore(kernel_id, record, "resume")
             except (HTTPError, kernel_calls.KernelCallError) as e:
                 await provisioner.suspend()
                 record.state = State.SUSPENDED
@@ -260,9 +281,9 @@ class CheckpointManager:
                                  "checkpoint_id": report["id"], "seconds": time.time() - started})
             return self.model(kernel_id)
 
-    async def _restore(self, kernel_id: str, record: KernelRecord) -> dict[str, Any]:
+    async def _restore(self, kernel_id: str, record: KernelRecord, event: str) -> dict[str, Any]:
         assert record.last_checkpoint is not None
-        answer = await self._call(kernel_id, "restore", checkpoint_id=record.last_checkpoint["id"],
+        answer = await self._call(kernel_id, "restore", event, checkpoint_id=record.last_checkpoint["id"],
                                   store=str(self.store_root))
         if not answer["ok"]:
             raise HTTPError(500, f"restore failed: {answer['error']}")
@@ -285,7 +306,7 @@ class CheckpointManager:
             ran = self.executions.get(kernel_id, [])
             lost = sorted({c for c in ran if c > checkpoint["last_cell"]})
             try:
-                report = await self._restore(kernel_id, record)
+                report = await self._restore(kernel_id, record, "restore-after-failure")
             except (HTTPError, kernel_calls.KernelCallError) as e:
                 record.state = State.RUNNING
                 record.last_error = f"restore after failure: {_message(e)}"
@@ -317,6 +338,10 @@ class CheckpointManager:
             record.last_checkpoint = entry.get("last_checkpoint")
             record.suspended_at = entry.get("suspended_at")
             record.kernel_info = entry.get("kernel_info")
+            record.session = entry.get("session")
+            if record.session and self.session_manager is not None:
+                # the notebook finds its suspended kernel again, and resumes it by running a cell
+                await self.session_manager.create_session(kernel_id=kernel_id, **record.session)
 
 
 def _message(error: Exception) -> str:

@@ -9,14 +9,37 @@ cell count or namespace. Each returns a JSON string: ``{"ok": ..., "result": ...
 from __future__ import annotations
 
 import json
+import threading
+import time
 from typing import Any
 
 from IPython.core.getipython import get_ipython
+from IPython.display import display
 
 from .errors import CheckpointError
 from .restoring import restore_checkpoint
 from .saving import save_checkpoint
 from .store import CheckpointStore
+
+
+PROGRESS_MIMETYPE = "application/vnd.jupyter-gpuckpt.progress+json"
+"""Progress is displayed with this type; only the server's own client reads it."""
+
+
+class _ProgressReport:
+    """Display bytes done, at most twice a second (called from I/O threads)."""
+
+    def __init__(self) -> None:
+        self.last = 0.0
+        self.lock = threading.Lock()
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if not total or now - self.last < 0.5:
+                return
+            self.last = now
+        display({PROGRESS_MIMETYPE: {"done": done, "total": total}}, raw=True)
 
 
 def _answer(call: Any) -> str:
@@ -30,9 +53,11 @@ def save(store: str | None = None, kernel_id: str | None = None, kernelspec: str
          notebook: str | None = None) -> str:
     """Checkpoint this kernel; the result is :meth:`SaveResult.to_json`."""
     return _answer(lambda: save_checkpoint(get_ipython(), CheckpointStore(store), kernel_id=kernel_id,
-                                           kernelspec=kernelspec, notebook=notebook))
+                                           kernelspec=kernelspec, notebook=notebook,
+                                           progress=_ProgressReport()))
 
 
 def restore(checkpoint_id: str, store: str | None = None) -> str:
     """Restore ``checkpoint_id`` into this (fresh) kernel; the result is the report's JSON."""
-    return _answer(lambda: restore_checkpoint(get_ipython(), checkpoint_id, CheckpointStore(store)))
+    return _answer(lambda: restore_checkpoint(get_ipython(), checkpoint_id, CheckpointStore(store),
+                                              progress=_ProgressReport()))

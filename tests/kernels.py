@@ -36,9 +36,17 @@ class Kernel:
     def __init__(self, env: dict[str, str], cwd: Path) -> None:
         self.manager = KernelManager(kernel_name="python3")
         self.manager.start_kernel(env=env, cwd=str(cwd))
-        self.client = self.manager.client()
-        self.client.start_channels()
-        self.client.wait_for_ready(timeout=60)
+        for attempt in range(3):
+            self.client = self.manager.client()
+            self.client.start_channels()
+            try:
+                self.client.wait_for_ready(timeout=60)
+                break
+            except RuntimeError:  # ipykernel 7 can crash while starting on a loaded machine
+                self.client.stop_channels()
+                if attempt == 2:
+                    raise
+                self.manager.restart_kernel(now=True)
 
     def run(self, code: str, timeout: float = 180) -> Outcome:
         outcome = Outcome()

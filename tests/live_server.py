@@ -57,7 +57,14 @@ class Server:
         client.start_channels()
         out: list[str] = []
         try:
-            client.wait_for_ready(timeout=60)
+            for attempt in range(3):
+                try:
+                    client.wait_for_ready(timeout=60)
+                    break
+                except RuntimeError:  # ipykernel 7 can crash while starting; the server restarts it
+                    if attempt == 2:
+                        raise
+                    time.sleep(3)
             client.execute_interactive(code, timeout=60, output_hook=lambda msg: out.append(
                 msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None)
         finally:

@@ -36,7 +36,14 @@ async def run(serverapp: Any, kernel_id: str, code: str, timeout: float = 60) ->
             out.append(f"ERROR {msg['content']['ename']}: {msg['content']['evalue']}")
 
     try:
-        await client.wait_for_ready(timeout=timeout)
+        for attempt in range(3):
+            try:
+                await client.wait_for_ready(timeout=timeout)
+                break
+            except RuntimeError:  # ipykernel 7 can crash while starting; the server restarts it
+                if attempt == 2:
+                    raise
+                await asyncio.sleep(3)
         await client.execute_interactive(code, timeout=timeout, output_hook=hook)
     finally:
         client.stop_channels()

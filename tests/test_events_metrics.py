@@ -150,3 +150,21 @@ async def test_failed_checkpoint_emits_failed_with_the_error(jp_fetch: Any, jp_w
     assert _value(after, "jupyter_gpuckpt_kernels", state="running") == 1  # a failed checkpoint never ends it
     assert _delta(before, after, "jupyter_gpuckpt_operations_total", event="checkpoint", outcome="failed") == 1
     assert _delta(before, after, "jupyter_gpuckpt_checkpoint_duration_seconds_count", operation="checkpoint") == 0
+
+
+async def test_long_operations_report_progress(jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any) -> None:
+    ws = await jp_ws_fetch("api", "events", "subscribe")
+    try:
+        kernel_id = await start_kernel(jp_fetch)
+        await run(jp_serverapp, kernel_id, "import numpy as np\nbig = [np.random.default_rng(i).random(2**24) for i in range(6)]")
+        await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")  # 800 MB
+        seen = []
+        while not seen or seen[-1]["phase"] != "done":
+            seen += await _gpuckpt_events(ws, 1, timeout=60)
+    finally:
+        ws.close()
+    progress = [e for e in seen if e["phase"] == "progress"]
+    assert progress and all(e["schema_id"] == events.schema_id("suspend") for e in progress)
+    done = [e["bytes_done"] for e in progress]
+    assert done == sorted(done) and 0 < done[-1] <= progress[-1]["bytes_total"]
+    assert progress[-1]["bytes_total"] >= 800_000_000

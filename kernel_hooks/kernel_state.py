@@ -37,6 +37,11 @@ class KernelState:
     env_set: dict[str, str]
     env_unset: list[str]
 
+    @property
+    def next_cell(self) -> int:
+        """The number the cell after the checkpoint gets: ``In`` holds every cell so far."""
+        return len(self.history)
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -61,15 +66,22 @@ def capture(shell: Any, baseline: Baseline) -> KernelState:
     )
 
 
-def apply(shell: Any, state: KernelState, *, next_count: int) -> list[str]:
-    """Restore ``state`` into ``shell``; return warnings. ``next_count`` numbers the next cell."""
+def apply(shell: Any, state: KernelState) -> list[str]:
+    """Restore ``state`` into ``shell``; return warnings.
+
+    The next cell gets the number it would have had in the saving kernel. IPython 8 adds
+    one to ``execution_count`` when a counted cell ends, IPython 9 when it starts; the gap
+    between ``In`` and the count now (1 inside a counted cell on IPython 8, else 0) tells
+    which increment is still to come.
+    """
     warnings = []
     hist = shell.history_manager
+    pending = len(hist.input_hist_parsed) - int(shell.execution_count)
     # A new history session: the restored cell numbers may repeat ones this kernel used.
     hist.reset(new_session=True)
     hist.input_hist_parsed[:] = state.history
     hist.input_hist_raw[:] = state.history
-    shell.execution_count = next_count
+    shell.execution_count = state.next_cell - pending
     try:
         os.chdir(state.cwd)
     except OSError as e:

@@ -94,7 +94,7 @@ class CheckpointMagics(Magics):
             elif args.command == "restore":
                 progress = _ProgressLine("Restoring checkpoint")
                 report = restore_checkpoint(self.shell, args.id, store, progress=progress,
-                                            session=self.session, counted_cell=True)
+                                            session=self.session)
                 progress.finish()
                 print(report)
             else:

@@ -74,8 +74,7 @@ def _module(kind: str) -> Any:
 
 def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | None = None, *,
                        progress: ProgressCallback | None = None,
-                       session: KernelSession | None = None,
-                       counted_cell: bool = False) -> RestoreReport:
+                       session: KernelSession | None = None) -> RestoreReport:
     """Restore checkpoint ``checkpoint_id`` into the kernel ``shell`` runs in.
 
     Parameters
@@ -88,9 +87,6 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
         Where to read; the current user's default store if omitted.
     progress
         ``progress(bytes_done, bytes_total)``, called from I/O threads.
-    counted_cell
-        True when called from a cell that IPython numbers when it finishes (the magic),
-        so that either way the next cell gets the checkpoint's count plus one.
 
     Raises
     ------
@@ -133,8 +129,7 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
     shell.user_ns.update(variables)
     rng.apply(rng_states)
     state = kernel_state.KernelState.from_json(manifest["kernel"])
-    next_count = state.execution_count + (0 if counted_cell else 1)
-    warnings += kernel_state.apply(shell, state, next_count=next_count)
+    warnings += kernel_state.apply(shell, state)
     session.last_checkpoint = checkpoint_id
     skipped = [
         SkippedVariable(v["name"], v["type"], v["reason"], v["cells"])

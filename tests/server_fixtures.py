@@ -66,13 +66,18 @@ async def ws_execute(ws: Any, code: str, timeout: float = 120) -> tuple[dict[str
     text, msg_id = ws_request("execute_request", {"code": code, "silent": False, "store_history": True,
                                                   "user_expressions": {}, "allow_stdin": False})
     await ws.write_message(text)
-    iopub = []
-    while True:
+    iopub: list[dict[str, Any]] = []
+    reply = None
+    idle = False  # the reply and the iopub messages come on different channels, in either order
+    while reply is None or not idle:
         raw = await asyncio.wait_for(ws.read_message(), timeout)
         msg = json.loads(raw)
-        if msg["parent_header"].get("msg_id") != msg_id and msg["msg_type"] != "status":
+        ours = msg["parent_header"].get("msg_id") == msg_id
+        if not ours and msg["msg_type"] != "status":
             continue
         if msg["channel"] == "iopub":
             iopub.append(msg)
+            idle = idle or (ours and msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle")
         elif msg["msg_type"] == "execute_reply":
-            return msg, iopub
+            reply = msg
+    return reply, iopub

@@ -129,16 +129,17 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Kernel, Ker
             saver.ok(cell)
         count = saver.value("get_ipython().execution_count")
         checkpoint = saver.save()  # cell count + 1
+        history = saver.value("In[1:-1]")  # up to the save cell (not this one)
         facts = {
             "checkpoint": checkpoint,
-            "history": saver.value(f"In[1:{count + 2}]"),
+            "history": history,
             "after": saver.value(AFTER),
             "next_count": count + 2,
         }
         restorer = factory.start(GPUCKPT_TEST_BASE="present")
         facts["report"] = restorer.ok(f"%gpuckpt restore {checkpoint}")
         facts["restored_count"] = restorer.value("get_ipython().execution_count")
-        facts["restored_history"] = restorer.value(f"In[1:{count + 2}]")
+        facts["restored_history"] = restorer.value(f"In[1:{len(history) + 1}]")
         yield saver, restorer, facts
     finally:
         factory.close()

@@ -21,7 +21,6 @@ from .restoring import restore_checkpoint
 from .saving import save_checkpoint
 from .store import CheckpointStore
 
-
 PROGRESS_MIMETYPE = "application/vnd.jupyter-gpuckpt.progress+json"
 """Progress is displayed with this type; only the server's own client reads it."""
 

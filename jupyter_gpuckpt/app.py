@@ -143,4 +143,5 @@ class GPUCheckpointApp(ExtensionApp):
     async def gpus_model(self) -> dict[str, Any]:
         pool = GPUPool.instance()
         return {"node": socket.gethostname(),
-                "gpus": [{**g.to_json(), "kernel_id": pool.holders.get(g.uuid)} for g in pool.gpus]}
+                "gpus": [{**g.to_json(), "kernel_id": pool.holders.get(g.uuid)} for g in pool.gpus],
+                "waiting": [{"kernel_id": k, "gpus": n} for k, n in pool.waiting.items()]}

@@ -79,6 +79,7 @@ class GPUPool(SingletonConfigurable):
         super().__init__(**kwargs)
         self.gpus = read_inventory()
         self.holders: dict[str, str] = {}  # uuid -> kernel id
+        self.waiting: dict[str, int] = {}  # kernel id -> GPUs it waits for
         self._freed = asyncio.Condition()
 
     def free(self) -> list[GPU]:
@@ -92,9 +93,14 @@ class GPUPool(SingletonConfigurable):
         if count > len(self.gpus):
             raise ValueError(f"the kernel asks for {count} GPU(s); this server has {len(self.gpus)}")
         async with self._freed:
-            if len(self.free()) < count and on_wait is not None:
-                on_wait(count, len(self.free()))
-            await self._freed.wait_for(lambda: len(self.free()) >= count)
+            if len(self.free()) < count:
+                self.waiting[kernel_id] = count
+                if on_wait is not None:
+                    on_wait(count, len(self.free()))
+            try:
+                await self._freed.wait_for(lambda: len(self.free()) >= count)
+            finally:
+                self.waiting.pop(kernel_id, None)
             taken = self.free()[:count]
             for gpu in taken:
                 self.holders[gpu.uuid] = kernel_id

@@ -45,6 +45,8 @@ async def test_kernels_get_distinct_gpus_and_a_suspend_lends_one(two_test_gpus, 
     third = asyncio.ensure_future(start_kernel(jp_fetch))
     await asyncio.sleep(3)
     assert not third.done()  # all GPUs are taken: it waits rather than start without one
+    waiting = (await api(jp_fetch, "gpus"))["waiting"]
+    assert len(waiting) == 1 and waiting[0]["gpus"] == 1  # and says so
 
     lent = await _visible(jp_serverapp, first)
     await api(jp_fetch, "kernels", first, "suspend", method="POST", wait="1")

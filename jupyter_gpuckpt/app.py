@@ -10,6 +10,7 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
+from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from traitlets import Bool, Float, Int, List, Unicode, default
 
 from kernel_hooks.store import CheckpointStore, default_root
@@ -19,6 +20,7 @@ from .gpus import GPUPool
 from .handlers import default_handlers
 from .ledger import Ledger
 from .manager import CheckpointManager
+from .websocket import SuspendAwareConnection
 
 
 class GPUCheckpointApp(ExtensionApp):
@@ -51,6 +53,7 @@ class GPUCheckpointApp(ExtensionApp):
 
     def initialize_settings(self) -> None:
         self.settings["gpuckpt_app"] = self
+        self._use_suspend_aware_websockets()
         GPUPool.clear_instance()  # this server's inventory, read now
         GPUPool.instance(parent=self)
         self.tasks: dict[str, asyncio.Task[Any]] = {}
@@ -61,6 +64,21 @@ class GPUCheckpointApp(ExtensionApp):
         events.register_schemas(self.serverapp)
         self.metrics = metrics.track(self)
         self._policy_task: asyncio.Task[None] | None = None
+
+    def _use_suspend_aware_websockets(self) -> None:
+        """Kernel websockets must survive a suspend and resume the kernel on execute.
+
+        Set here, in the web app's settings, because jupyter_server reads only
+        ``jpserver_extensions`` from an extension's ``jupyter_server_config.d`` file. A
+        websocket class the admin configured is kept (with a warning) unless it is the stock one.
+        """
+        assert self.serverapp is not None
+        configured = self.serverapp.kernel_websocket_connection_class
+        if configured is ZMQChannelsWebsocketConnection or issubclass(configured, SuspendAwareConnection):
+            self.settings["kernel_websocket_connection_class"] = SuspendAwareConnection
+        else:
+            self.log.warning("kernel_websocket_connection_class is %s: suspended kernels will not "
+                             "resume when a notebook runs a cell", configured)
 
     def initialize_handlers(self) -> None:
         self.handlers.extend(default_handlers)

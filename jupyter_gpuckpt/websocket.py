@@ -3,8 +3,9 @@
 While a kernel is suspended its process is gone, so this connection answers what the
 frontend needs to stay connected (``kernel_info_request``, from the reply cached before the
 suspend) and holds every other message. An ``execute_request`` starts the resume: the
-frontend sees ``restarting``, the checkpoint is restored, and the held messages then go to
-the restored kernel in their original order, so the cell runs against the restored state.
+frontend sees the kernel ``busy`` (and ``resume`` events with progress), the checkpoint is
+restored, and the held messages then go to the restored kernel in their original order, so
+the cell runs against the restored state and its output reaches the notebook.
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         self._resuming = True
         try:
             if record.state == State.SUSPENDED:
-                self._send_status_message("restarting")
+                # "busy", not "restarting": JupyterLab 4 drops a cell's pending reply and
+                # output on "restarting". The restore's progress goes out as events.
+                self._send_status_message("busy")
                 try:
                     await self._manager.resume(self.kernel_id, reason="execute")
                 except Exception as e:

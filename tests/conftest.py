@@ -43,9 +43,6 @@ def jp_server_config(jp_data_dir: Path, gpuckpt_config: dict[str, Any]) -> Confi
         folder.mkdir(parents=True)
         (folder / "kernel.json").write_text(json.dumps(spec))
     return Config({
-        "ServerApp": {
-            "jpserver_extensions": {"jupyter_gpuckpt": True},
-            "kernel_websocket_connection_class": "jupyter_gpuckpt.websocket.SuspendAwareConnection",
-        },
+        "ServerApp": {"jpserver_extensions": {"jupyter_gpuckpt": True}},
         "GPUCheckpointApp": gpuckpt_config,
     })

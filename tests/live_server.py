@@ -84,13 +84,16 @@ def jupyter_env(base: Path) -> dict[str, str]:
 
 
 @contextmanager
-def running_server(base: Path, *args: str) -> Iterator[Server]:
-    """Start ``jupyter server`` with dirs under ``base``; stop it (politely) on exit."""
+def running_server(base: Path, *args: str, app: str = "jupyter_server") -> Iterator[Server]:
+    """Start ``jupyter server`` with dirs under ``base``; stop it (politely) on exit.
+
+    ``app`` is the module run with ``python -m``: ``"jupyterlab"`` starts ``jupyter lab``.
+    """
     env = jupyter_env(base)
     log = (base / "server.log").open("a")
     url: str | None = None
     process = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_server", "--allow-root", "--no-browser", "--ip=127.0.0.1", "--port=0",
+        [sys.executable, "-m", app, "--allow-root", "--no-browser", "--ip=127.0.0.1", "--port=0",
          f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={base / 'root'}",
          "--GPUCheckpointApp.policy_interval=3600", *args],
         env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -1,0 +1,151 @@
+/**
+ * Words and numbers shown to the user: states, bytes, durations, GPUs.
+ */
+import { IGPU, IKernel, ITrans } from './types';
+
+const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+
+/** `1536` -> `"1.5 KiB"`, as the server's `human_bytes` writes it. */
+export function formatBytes(n: number | null | undefined): string {
+  if (n === null || n === undefined || !isFinite(n)) {
+    return '?';
+  }
+  let value = n;
+  for (const unit of UNITS) {
+    if (Math.abs(value) < 1024 || unit === 'TiB') {
+      return unit === 'B'
+        ? `${Math.round(value)} B`
+        : `${value.toFixed(1)} ${unit}`;
+    }
+    value /= 1024;
+  }
+  return '?';
+}
+
+/** A duration in seconds, short: `"42s"`, `"5m"`, `"2h 5m"`, `"3d 4h"`. */
+export function formatDuration(seconds: number | null | undefined): string {
+  if (seconds === null || seconds === undefined || !isFinite(seconds)) {
+    return '?';
+  }
+  const s = Math.max(0, Math.floor(seconds));
+  if (s < 60) {
+    return `${s}s`;
+  }
+  const m = Math.floor(s / 60);
+  if (m < 60) {
+    return `${m}m`;
+  }
+  const h = Math.floor(m / 60);
+  if (h < 24) {
+    return m % 60 ? `${h}h ${m % 60}m` : `${h}h`;
+  }
+  const d = Math.floor(h / 24);
+  return h % 24 ? `${d}d ${h % 24}h` : `${d}d`;
+}
+
+/** `0.423` -> `"42%"`; null when there is no progress to show. */
+export function formatProgress(progress: number | null | undefined): string {
+  if (progress === null || progress === undefined || !isFinite(progress)) {
+    return '';
+  }
+  return `${Math.round(Math.min(1, Math.max(0, progress)) * 100)}%`;
+}
+
+/** The state to show: `running`, `checkpointing 40%`, `suspended`, `restoring 10%`, `failed`. */
+export function formatState(kernel: IKernel, trans: ITrans): string {
+  const pct = formatProgress(kernel.progress);
+  switch (kernel.state) {
+    case 'running':
+      // a checkpoint of a running kernel keeps it running, with progress
+      return kernel.progress === null
+        ? trans.__('running')
+        : trans.__('checkpointing %1', pct).trim();
+    case 'checkpointing':
+      return trans.__('checkpointing %1', pct).trim();
+    case 'restoring':
+      return trans.__('restoring %1', pct).trim();
+    case 'suspended':
+      return trans.__('suspended');
+    case 'failed':
+      return trans.__('failed');
+    default:
+      return String(kernel.state);
+  }
+}
+
+/** `"NVIDIA A100 (12.0/80.0 GiB)"` for one GPU. */
+export function formatGpu(gpu: IGPU): string {
+  return `${gpu.name} (${formatBytes(gpu.memory_used)}/${formatBytes(
+    gpu.memory_total
+  )})`;
+}
+
+/** The GPUs a kernel holds, or "no GPU". */
+export function formatGpus(gpus: IGPU[], trans: ITrans): string {
+  if (!gpus.length) {
+    return trans.__('no GPU');
+  }
+  return gpus.map(formatGpu).join(', ');
+}
+
+/** Seconds idle now, from what the server said and how long ago it said it. */
+export function idleSeconds(kernel: IKernel, now: number): number | null {
+  if (kernel.idle_seconds === null || kernel.idle_seconds === undefined) {
+    return null;
+  }
+  const since =
+    kernel.received_at === undefined ? 0 : (now - kernel.received_at) / 1000;
+  return kernel.idle_seconds + Math.max(0, since);
+}
+
+/** Seconds since the last checkpoint, or null if there is none. */
+export function checkpointAge(kernel: IKernel, now: number): number | null {
+  const time = kernel.last_checkpoint?.time;
+  return time === undefined || time === null
+    ? null
+    : Math.max(0, now / 1000 - time);
+}
+
+/** The status bar's line: state, GPUs, idle time, checkpoint age. */
+export function statusText(
+  kernel: IKernel,
+  now: number,
+  trans: ITrans
+): string {
+  const parts = [formatState(kernel, trans)];
+  if (kernel.state !== 'suspended') {
+    parts.push(formatGpus(kernel.gpus, trans));
+  }
+  const idle = idleSeconds(kernel, now);
+  if (idle !== null && kernel.state === 'running' && kernel.progress === null) {
+    parts.push(trans.__('idle %1', formatDuration(idle)));
+  }
+  const age = checkpointAge(kernel, now);
+  parts.push(
+    age === null
+      ? trans.__('no checkpoint')
+      : trans.__('checkpoint %1 ago', formatDuration(age))
+  );
+  return parts.join(' · ');
+}
+
+/** The skipped variables of a checkpoint in one sentence, or null if none were. */
+export function skippedText(
+  skipped: { name: string; reason: string; cells?: number[] }[] | undefined,
+  trans: ITrans
+): string | null {
+  if (!skipped || !skipped.length) {
+    return null;
+  }
+  const names = skipped.map(s => `${s.name} (${s.reason})`).join('; ');
+  const cells = [...new Set(skipped.flatMap(s => s.cells ?? []))].sort(
+    (a, b) => a - b
+  );
+  return cells.length
+    ? trans.__(
+        'Not saved: %1. Re-run cells %2 to rebuild them.',
+        names,
+        cells.join(', ')
+      )
+    : trans.__('Not saved: %1.', names);
+}

@@ -1,0 +1,94 @@
+/**
+ * The one way this extension talks to the server: `requestAPI` under /api/gpuckpt/.
+ */
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+import { ICheckpointInfo, IGPUs, IKernel } from './types';
+
+/**
+ * Call the server extension's REST API.
+ *
+ * @param endPoint path under `/api/gpuckpt/`
+ * @param init fetch options
+ * @param settings the server connection settings
+ * @returns the JSON body, or undefined for an empty answer
+ * @throws ServerConnection.NetworkError or ServerConnection.ResponseError
+ */
+export async function requestAPI<T>(
+  endPoint = '',
+  init: RequestInit = {},
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<T> {
+  const url = URLExt.join(settings.baseUrl, 'api', 'gpuckpt', endPoint);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, init, settings);
+  } catch (error) {
+    throw new ServerConnection.NetworkError(error as TypeError);
+  }
+  const text = await response.text();
+  let data: any = undefined;
+  if (text.length > 0) {
+    try {
+      data = JSON.parse(text);
+    } catch {
+      data = text;
+    }
+  }
+  if (!response.ok) {
+    const message =
+      data && typeof data === 'object' && data.message ? data.message : text;
+    throw new ServerConnection.ResponseError(response, message);
+  }
+  return data as T;
+}
+
+export type KernelAction = 'checkpoint' | 'suspend' | 'resume';
+
+/** The REST calls, by what they do. */
+export namespace GPUCheckpointAPI {
+  export function kernels(
+    settings?: ServerConnection.ISettings
+  ): Promise<IKernel[]> {
+    return requestAPI<IKernel[]>('kernels', {}, settings);
+  }
+
+  export function gpus(settings?: ServerConnection.ISettings): Promise<IGPUs> {
+    return requestAPI<IGPUs>('gpus', {}, settings);
+  }
+
+  /** Start `action`; the server answers 202 and reports progress as events. */
+  export function act(
+    kernelId: string,
+    action: KernelAction,
+    settings?: ServerConnection.ISettings
+  ): Promise<IKernel> {
+    return requestAPI<IKernel>(
+      `kernels/${encodeURIComponent(kernelId)}/${action}`,
+      { method: 'POST', body: '{}' },
+      settings
+    );
+  }
+
+  export function checkpoints(
+    kernelId: string,
+    settings?: ServerConnection.ISettings
+  ): Promise<ICheckpointInfo[]> {
+    return requestAPI<ICheckpointInfo[]>(
+      `kernels/${encodeURIComponent(kernelId)}/checkpoints`,
+      {},
+      settings
+    );
+  }
+
+  export function deleteCheckpoint(
+    checkpointId: string,
+    settings?: ServerConnection.ISettings
+  ): Promise<void> {
+    return requestAPI<void>(
+      `checkpoints/${encodeURIComponent(checkpointId)}`,
+      { method: 'DELETE' },
+      settings
+    );
+  }
+}

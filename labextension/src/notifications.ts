@@ -1,0 +1,232 @@
+/**
+ * Notifications: progress of checkpoints and restores with the bytes done, and notices
+ * the user must see (a policy suspend, a restore after failure, skipped variables).
+ */
+import { Notification } from '@jupyterlab/apputils';
+import { Session } from '@jupyterlab/services';
+import { TranslationBundle } from '@jupyterlab/translation';
+import {
+  formatBytes,
+  formatDuration,
+  formatProgress,
+  skippedText
+} from './format';
+import { GPUCheckpointModel } from './model';
+import { IGpuckptEvent, IKernel } from './types';
+
+/** How much to tell: progress and notices, notices only, or nothing. */
+export type NotificationDetail = 'progress' | 'notices' | 'none';
+
+export class GPUCheckpointNotifier {
+  constructor(options: GPUCheckpointNotifier.IOptions) {
+    this._model = options.model;
+    this._sessions = options.sessions;
+    this._trans = options.trans;
+    this.detail = options.detail ?? 'progress';
+    this._model.eventReceived.connect((_, event) => this._onEvent(event));
+    this._model.refreshed.connect((_, before) => this._onRefreshed(before));
+  }
+
+  detail: NotificationDetail;
+
+  private _name(kernelId: string): string {
+    for (const session of this._sessions?.running() ?? []) {
+      if (session.kernel?.id === kernelId) {
+        return session.path.split('/').pop() ?? session.path;
+      }
+    }
+    return this._trans.__('kernel %1', kernelId.slice(0, 8));
+  }
+
+  private _verb(event: IGpuckptEvent): string {
+    const trans = this._trans;
+    switch (event.event) {
+      case 'checkpoint':
+        return trans.__('Checkpointing');
+      case 'suspend':
+        return trans.__('Suspending');
+      default:
+        return trans.__('Restoring');
+    }
+  }
+
+  private _onEvent(event: IGpuckptEvent): void {
+    if (this.detail === 'none') {
+      return;
+    }
+    const trans = this._trans;
+    const key = `${event.event}:${event.kernel_id}`;
+    const id = this._ids.get(key);
+    const name = this._name(event.kernel_id);
+    // periodic checkpoints show in the status bar only, unless they fail
+    const quiet = this.detail !== 'progress' || event.reason === 'periodic';
+    switch (event.phase) {
+      case 'started':
+        if (!quiet) {
+          this._ids.set(
+            key,
+            Notification.emit(
+              trans.__('%1 %2…', this._verb(event), name),
+              'in-progress',
+              {
+                autoClose: false,
+                progress: 0
+              }
+            )
+          );
+        }
+        break;
+      case 'progress':
+        if (id) {
+          Notification.update({
+            id,
+            type: 'in-progress',
+            autoClose: false,
+            progress: event.bytes_total
+              ? (event.bytes_done ?? 0) / event.bytes_total
+              : undefined,
+            message: trans.__(
+              '%1 %2: %3 of %4 (%5)',
+              this._verb(event),
+              name,
+              formatBytes(event.bytes_done),
+              formatBytes(event.bytes_total),
+              formatProgress(
+                event.bytes_total
+                  ? (event.bytes_done ?? 0) / event.bytes_total
+                  : null
+              )
+            )
+          });
+        }
+        break;
+      case 'done':
+        this._done(event, name, id);
+        this._ids.delete(key);
+        break;
+      case 'failed': {
+        const message = trans.__(
+          '%1 %2 failed: %3',
+          this._verb(event),
+          name,
+          event.error ?? ''
+        );
+        if (id) {
+          Notification.update({ id, message, type: 'error', autoClose: false });
+        } else {
+          Notification.error(message, { autoClose: false });
+        }
+        this._ids.delete(key);
+        break;
+      }
+    }
+  }
+
+  private _done(
+    event: IGpuckptEvent,
+    name: string,
+    id: string | undefined
+  ): void {
+    const trans = this._trans;
+    let message: string;
+    let type: Notification.TypeOptions = 'success';
+    let autoClose: number | false = 5000;
+    if (event.event === 'suspend') {
+      message = trans.__(
+        '%1 suspended: %2 GPU(s) released, %3 saved. Run a cell to resume.',
+        name,
+        event.gpus_released ?? 0,
+        formatBytes(event.bytes)
+      );
+      if (event.reason === 'policy') {
+        const kernel = this._model.kernel(event.kernel_id);
+        const idle = kernel?.idle_seconds;
+        message = trans.__(
+          '%1 was suspended after %2 idle; its GPU is lent out. Run a cell to resume.',
+          name,
+          formatDuration(idle ?? null)
+        );
+        type = 'warning';
+        autoClose = false;
+      }
+    } else if (event.event === 'checkpoint') {
+      message = trans.__(
+        '%1 checkpointed: %2 (%3 new).',
+        name,
+        formatBytes(event.bytes),
+        formatBytes(event.bytes_written)
+      );
+    } else if (event.event === 'resume') {
+      message = trans.__('%1 resumed.', name);
+    } else {
+      const cells = event.lost_cells ?? [];
+      message = cells.length
+        ? trans.__(
+            '%1 died and was restored from its last checkpoint. Re-run cells %2.',
+            name,
+            cells.join(', ')
+          )
+        : trans.__(
+            '%1 died and was restored from its last checkpoint; nothing was lost.',
+            name
+          );
+      type = 'warning';
+      autoClose = false;
+    }
+    if (this.detail !== 'progress' && type === 'success') {
+      return;
+    }
+    if (id) {
+      Notification.update({ id, message, type, autoClose });
+    } else if (event.reason !== 'periodic' || type !== 'success') {
+      Notification.emit(message, type, { autoClose });
+    }
+  }
+
+  /** After a fetch: new skipped variables and new notices are worth a word. */
+  private _onRefreshed(before: ReadonlyMap<string, IKernel>): void {
+    if (this.detail === 'none') {
+      return;
+    }
+    for (const kernel of this._model.kernels.values()) {
+      const old = before.get(kernel.id);
+      if (!old) {
+        if (kernel.last_checkpoint) {
+          this._told.add(kernel.last_checkpoint.id);
+        }
+        continue;
+      }
+      const checkpoint = kernel.last_checkpoint;
+      // events already changed the id in the model: remember which were told instead
+      if (checkpoint && !this._told.has(checkpoint.id)) {
+        this._told.add(checkpoint.id);
+        const skipped = skippedText(checkpoint.skipped, this._trans);
+        if (skipped) {
+          Notification.warning(`${this._name(kernel.id)}: ${skipped}`, {
+            autoClose: false
+          });
+        }
+      }
+      if (kernel.notice && kernel.notice !== old.notice) {
+        Notification.info(`${this._name(kernel.id)}: ${kernel.notice}`, {
+          autoClose: false
+        });
+      }
+    }
+  }
+
+  private _model: GPUCheckpointModel;
+  private _sessions: Session.IManager | null;
+  private _trans: TranslationBundle;
+  private _ids = new Map<string, string>();
+  private _told = new Set<string>();
+}
+
+export namespace GPUCheckpointNotifier {
+  export interface IOptions {
+    model: GPUCheckpointModel;
+    sessions: Session.IManager | null;
+    trans: TranslationBundle;
+    detail?: NotificationDetail;
+  }
+}

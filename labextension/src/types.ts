@@ -1,0 +1,107 @@
+/**
+ * The shapes the server extension's REST API and events use (see the README's REST table
+ * and jupyter_gpuckpt/event_schemas). Nothing here imports JupyterLab, so the pure logic
+ * (format.ts, reduce.ts) runs under plain node in the unit tests.
+ */
+
+/** A kernel's lifecycle state, as `GET /api/gpuckpt/kernels` reports it. */
+export type KernelState =
+  'running' | 'checkpointing' | 'suspended' | 'restoring' | 'failed';
+
+/** A GPU, held by a kernel or listed by `GET /api/gpuckpt/gpus`. */
+export interface IGPU {
+  uuid: string;
+  name: string;
+  index?: number;
+  memory_total: number;
+  memory_used: number;
+  utilization: number;
+  /** The kernel holding it (`/gpus` only). */
+  kernel_id?: string | null;
+}
+
+/** A variable a checkpoint could not save. */
+export interface ISkippedVariable {
+  name: string;
+  type?: string;
+  reason: string;
+  cells?: number[];
+}
+
+/** The summary of a kernel's last checkpoint. */
+export interface ILastCheckpoint {
+  id: string;
+  bytes_total?: number;
+  bytes_written?: number;
+  /** Seconds since the epoch, server clock. */
+  time?: number;
+  variables?: number;
+  skipped?: ISkippedVariable[];
+  last_cell?: number;
+}
+
+/** One kernel's model from `GET /api/gpuckpt/kernels[/{id}]`. */
+export interface IKernel {
+  id: string;
+  name?: string;
+  kernelspec?: string;
+  state: KernelState;
+  /** 0..1 while a checkpoint or restore writes or reads, else null. */
+  progress: number | null;
+  idle_seconds: number | null;
+  gpus: IGPU[];
+  last_checkpoint: ILastCheckpoint | null;
+  last_error: string | null;
+  notice: string | null;
+  suspendable: boolean;
+  execution_state?: string | null;
+  suspended_for?: number | null;
+  /** When this model was fetched or last changed by an event (ms, browser clock). */
+  received_at?: number;
+}
+
+/** `GET /api/gpuckpt/gpus`. */
+export interface IGPUs {
+  node?: string;
+  gpus: IGPU[];
+}
+
+/** One checkpoint from `GET /api/gpuckpt/kernels/{id}/checkpoints`. */
+export interface ICheckpointInfo {
+  id: string;
+  created: string | null;
+  nbytes: number;
+  variables: number;
+  skipped: number;
+  parent: string | null;
+  kernel_id: string | null;
+  notebook: string | null;
+  problem: string | null;
+}
+
+export type EventName =
+  'checkpoint' | 'suspend' | 'resume' | 'restore-after-failure';
+
+export type Phase = 'started' | 'progress' | 'done' | 'failed';
+
+/** A jupyter_gpuckpt event, with its name taken from the schema id. */
+export interface IGpuckptEvent {
+  event: EventName;
+  kernel_id: string;
+  phase: Phase;
+  reason?: 'request' | 'policy' | 'periodic' | 'execute';
+  checkpoint_id?: string;
+  bytes?: number;
+  bytes_written?: number;
+  bytes_done?: number;
+  bytes_total?: number;
+  gpus_released?: number;
+  seconds?: number;
+  lost_cells?: number[];
+  error?: string;
+}
+
+/** The little of a TranslationBundle that the pure code uses. */
+export interface ITrans {
+  __(msgid: string, ...args: any[]): string;
+}

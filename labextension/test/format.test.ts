@@ -1,0 +1,149 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  checkpointAge,
+  formatBytes,
+  formatDuration,
+  formatGpus,
+  formatProgress,
+  formatState,
+  idleSeconds,
+  skippedText,
+  statusText
+} from '../src/format';
+import { IKernel, ITrans } from '../src/types';
+
+/** Like TranslationBundle.__ with the null translator: %1, %2... replaced. */
+const trans: ITrans = {
+  __: (msgid: string, ...args: any[]) =>
+    msgid.replace(/%(\d)/g, (_, i: string) => String(args[Number(i) - 1]))
+};
+
+function kernel(overrides: Partial<IKernel> = {}): IKernel {
+  return {
+    id: 'k1',
+    state: 'running',
+    progress: null,
+    idle_seconds: 30,
+    gpus: [],
+    last_checkpoint: null,
+    last_error: null,
+    notice: null,
+    suspendable: true,
+    received_at: 1_000_000,
+    ...overrides
+  };
+}
+
+test('formatBytes uses binary units like the server', () => {
+  assert.equal(formatBytes(0), '0 B');
+  assert.equal(formatBytes(1023), '1023 B');
+  assert.equal(formatBytes(1536), '1.5 KiB');
+  assert.equal(formatBytes(80 * 1024 ** 3), '80.0 GiB');
+  assert.equal(formatBytes(5 * 1024 ** 5), '5120.0 TiB');
+  assert.equal(formatBytes(undefined), '?');
+});
+
+test('formatDuration is short and rounds down', () => {
+  assert.equal(formatDuration(0), '0s');
+  assert.equal(formatDuration(59.9), '59s');
+  assert.equal(formatDuration(60), '1m');
+  assert.equal(formatDuration(3600), '1h');
+  assert.equal(formatDuration(3600 + 5 * 60), '1h 5m');
+  assert.equal(formatDuration(2 * 86400 + 3 * 3600), '2d 3h');
+  assert.equal(formatDuration(-5), '0s');
+  assert.equal(formatDuration(null), '?');
+});
+
+test('formatProgress clamps to 0..100%', () => {
+  assert.equal(formatProgress(0.423), '42%');
+  assert.equal(formatProgress(1.5), '100%');
+  assert.equal(formatProgress(null), '');
+});
+
+test('formatState names every state, with progress', () => {
+  assert.equal(formatState(kernel(), trans), 'running');
+  assert.equal(
+    formatState(kernel({ progress: 0.4 }), trans),
+    'checkpointing 40%'
+  );
+  assert.equal(
+    formatState(kernel({ state: 'checkpointing', progress: 0.25 }), trans),
+    'checkpointing 25%'
+  );
+  assert.equal(
+    formatState(kernel({ state: 'checkpointing' }), trans),
+    'checkpointing'
+  );
+  assert.equal(
+    formatState(kernel({ state: 'restoring', progress: 0.1 }), trans),
+    'restoring 10%'
+  );
+  assert.equal(formatState(kernel({ state: 'suspended' }), trans), 'suspended');
+  assert.equal(formatState(kernel({ state: 'failed' }), trans), 'failed');
+});
+
+test('formatGpus lists model and memory in use', () => {
+  const gpu = {
+    uuid: 'GPU-1',
+    name: 'NVIDIA H100',
+    memory_total: 80 * 1024 ** 3,
+    memory_used: 12 * 1024 ** 3,
+    utilization: 3
+  };
+  assert.equal(formatGpus([gpu], trans), 'NVIDIA H100 (12.0 GiB/80.0 GiB)');
+  assert.equal(formatGpus([], trans), 'no GPU');
+});
+
+test('idle time and checkpoint age count up from what the server said', () => {
+  const k = kernel({
+    idle_seconds: 30,
+    received_at: 1_000_000,
+    last_checkpoint: { id: 'c', time: 900 }
+  });
+  assert.equal(idleSeconds(k, 1_060_000), 90);
+  assert.equal(checkpointAge(k, 1_000_000), 100);
+  assert.equal(checkpointAge(kernel(), 1_000_000), null);
+  assert.equal(idleSeconds(kernel({ idle_seconds: null }), 0), null);
+});
+
+test('statusText puts it together', () => {
+  const now = 1_000_000;
+  assert.equal(
+    statusText(kernel(), now, trans),
+    'running · no GPU · idle 30s · no checkpoint'
+  );
+  assert.equal(
+    statusText(
+      kernel({
+        state: 'suspended',
+        last_checkpoint: { id: 'c', time: now / 1000 - 300 }
+      }),
+      now,
+      trans
+    ),
+    'suspended · checkpoint 5m ago'
+  );
+  assert.equal(
+    statusText(kernel({ state: 'restoring', progress: 0.5 }), now, trans),
+    'restoring 50% · no GPU · no checkpoint'
+  );
+});
+
+test('skippedText names the variables, reasons and cells to re-run', () => {
+  assert.equal(skippedText([], trans), null);
+  assert.equal(
+    skippedText(
+      [
+        { name: 'sock', reason: 'cannot pickle socket', cells: [4, 2] },
+        { name: 'gen', reason: 'generator', cells: [2] }
+      ],
+      trans
+    ),
+    'Not saved: sock (cannot pickle socket); gen (generator). Re-run cells 2, 4 to rebuild them.'
+  );
+  assert.equal(
+    skippedText([{ name: 'x', reason: 'r' }], trans),
+    'Not saved: x (r).'
+  );
+});

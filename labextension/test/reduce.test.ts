@@ -1,0 +1,207 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import {
+  applyEvent,
+  canCheckpoint,
+  canResume,
+  canSuspend,
+  parseEvent,
+  SCHEMA_PREFIX
+} from '../src/reduce';
+import { IGpuckptEvent, IKernel } from '../src/types';
+
+const gpu = {
+  uuid: 'GPU-1',
+  name: 'A100',
+  memory_total: 1,
+  memory_used: 1,
+  utilization: 0
+};
+
+function kernel(overrides: Partial<IKernel> = {}): IKernel {
+  return {
+    id: 'k1',
+    state: 'running',
+    progress: null,
+    idle_seconds: 600,
+    gpus: [gpu],
+    last_checkpoint: null,
+    last_error: null,
+    notice: null,
+    suspendable: true,
+    received_at: 0,
+    ...overrides
+  };
+}
+
+/** An event as the server's /api/events/subscribe sends it. */
+function message(
+  event: string,
+  data: Record<string, unknown>
+): Record<string, unknown> {
+  return {
+    schema_id: `${SCHEMA_PREFIX}${event}/v1`,
+    __timestamp__: '2025-01-01T00:00:00Z',
+    kernel_id: 'k1',
+    ...data
+  };
+}
+
+function reduce(
+  k: IKernel | undefined,
+  ...messages: Record<string, unknown>[]
+): IKernel | undefined {
+  for (const m of messages) {
+    const event = parseEvent(m);
+    assert.ok(event, `not parsed: ${JSON.stringify(m)}`);
+    k = applyEvent(k, event as IGpuckptEvent, 5000);
+  }
+  return k;
+}
+
+test('parseEvent keeps only jupyter_gpuckpt events', () => {
+  assert.equal(
+    parseEvent({
+      schema_id:
+        'https://events.jupyter.org/jupyter_server/contents_service/v1',
+      path: 'x'
+    }),
+    null
+  );
+  assert.equal(parseEvent(null), null);
+  assert.equal(parseEvent(message('unknown', { phase: 'done' })), null);
+  assert.equal(parseEvent(message('suspend', { phase: 'sideways' })), null);
+  assert.deepEqual(
+    parseEvent(
+      message('restore-after-failure', { phase: 'done', lost_cells: [3, 4] })
+    ),
+    {
+      event: 'restore-after-failure',
+      kernel_id: 'k1',
+      phase: 'done',
+      lost_cells: [3, 4]
+    }
+  );
+  // jupyter_events' own envelope names the schema __schema__
+  assert.equal(
+    parseEvent({
+      __schema__: `${SCHEMA_PREFIX}resume/v1`,
+      kernel_id: 'k',
+      phase: 'started'
+    })?.event,
+    'resume'
+  );
+});
+
+test('a suspend goes checkpointing with progress, then suspended without GPUs', () => {
+  let k = reduce(
+    kernel(),
+    message('suspend', { phase: 'started', reason: 'request' })
+  );
+  assert.equal(k?.state, 'checkpointing');
+  assert.equal(k?.progress, 0);
+  k = reduce(
+    k,
+    message('suspend', { phase: 'progress', bytes_done: 25, bytes_total: 100 })
+  );
+  assert.equal(k?.progress, 0.25);
+  k = reduce(
+    k,
+    message('suspend', {
+      phase: 'done',
+      checkpoint_id: 'c1',
+      bytes: 100,
+      gpus_released: 1
+    })
+  );
+  assert.equal(k?.state, 'suspended');
+  assert.equal(k?.progress, null);
+  assert.deepEqual(k?.gpus, []);
+  assert.equal(k?.last_checkpoint?.id, 'c1');
+  assert.equal(k?.last_checkpoint?.time, 5);
+  assert.ok(canResume(k) && !canSuspend(k) && !canCheckpoint(k));
+});
+
+test('a failed suspend goes back to running with the error', () => {
+  const k = reduce(
+    kernel(),
+    message('suspend', { phase: 'started' }),
+    message('suspend', { phase: 'failed', error: 'disk full' })
+  );
+  assert.equal(k?.state, 'running');
+  assert.equal(k?.last_error, 'disk full');
+  assert.ok(canSuspend(k));
+});
+
+test('a resume (also by running a cell) goes restoring, then running and not idle', () => {
+  const suspended = kernel({ state: 'suspended', gpus: [] });
+  let k = reduce(
+    suspended,
+    message('resume', { phase: 'started', reason: 'execute' })
+  );
+  assert.equal(k?.state, 'restoring');
+  assert.ok(!canResume(k) && !canSuspend(k));
+  k = reduce(k, message('resume', { phase: 'done', checkpoint_id: 'c1' }));
+  assert.equal(k?.state, 'running');
+  assert.equal(k?.idle_seconds, 0);
+  const failed = reduce(
+    suspended,
+    message('resume', { phase: 'started' }),
+    message('resume', { phase: 'failed', error: 'no GPU' })
+  );
+  assert.equal(failed?.state, 'suspended');
+  assert.equal(failed?.last_error, 'no GPU');
+});
+
+test('a checkpoint keeps the kernel running and shows progress', () => {
+  let k = reduce(
+    kernel(),
+    message('checkpoint', { phase: 'started', reason: 'periodic' })
+  );
+  assert.equal(k?.state, 'running');
+  assert.equal(k?.progress, 0);
+  assert.ok(!canSuspend(k), 'no suspend while a checkpoint is written');
+  k = reduce(
+    k,
+    message('checkpoint', { phase: 'progress', bytes_done: 3, bytes_total: 4 })
+  );
+  assert.equal(k?.progress, 0.75);
+  k = reduce(
+    k,
+    message('checkpoint', { phase: 'done', checkpoint_id: 'c2', bytes: 4 })
+  );
+  assert.equal(k?.progress, null);
+  assert.equal(k?.last_checkpoint?.id, 'c2');
+  assert.equal(k?.last_checkpoint?.bytes_total, 4);
+});
+
+test('restore after failure goes restoring, then running', () => {
+  let k = reduce(
+    kernel(),
+    message('restore-after-failure', { phase: 'started' })
+  );
+  assert.equal(k?.state, 'restoring');
+  k = reduce(
+    k,
+    message('restore-after-failure', {
+      phase: 'done',
+      checkpoint_id: 'c1',
+      lost_cells: [5]
+    })
+  );
+  assert.equal(k?.state, 'running');
+});
+
+test('events for other or unknown kernels change nothing', () => {
+  const k = kernel({ id: 'other' });
+  assert.equal(reduce(k, message('suspend', { phase: 'started' })), k);
+  assert.equal(
+    reduce(undefined, message('suspend', { phase: 'started' })),
+    undefined
+  );
+});
+
+test('a kernel that is not suspendable offers checkpoint only', () => {
+  const k = kernel({ suspendable: false });
+  assert.ok(!canSuspend(k) && canCheckpoint(k) && !canResume(k));
+});

@@ -50,35 +50,37 @@ work on the machine slows every row.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import mmap
 import os
-import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from jupyter_client.manager import KernelManager
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import (  # noqa: E402  (the benchmarks' shared helpers, next to this file)
+    GB,
+    CacheLog,
+    Kernel,
+    Kernels,
+    align,
+    files_under,
+    machine,
+    machine_lines,
+    progress,
+    raw_read,
+    raw_write,
+)
 
-GB = 10**9
-IO_BLOCK = 8 << 20
 ARRAYS = 20
 CHANGED_ARRAYS = 4
 CHANGED_FRACTION = 0.01
 LAYER_WIDTH = 2048
 PARAMS_PER_GB = 50_000_000
 QUICK_GB = 0.1
-RESULT_MARK = "BENCH-RESULT "
 
 BUILD_A = """\
 import numpy as np
@@ -142,167 +144,6 @@ result = {"python": platform.python_version(), "executable": sys.executable,
 """
 
 
-# -- page cache ----------------------------------------------------------------------------
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                       ctypes.c_int, ctypes.c_long)
-_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
-_MAP_FAILED = ctypes.c_void_p(-1).value
-
-
-def _resident(path: Path) -> int:
-    """Bytes of ``path`` in the page cache now (``mincore`` on a mapping, which reads nothing)."""
-    size = path.stat().st_size
-    if not size:
-        return 0
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr == _MAP_FAILED:
-            raise OSError(ctypes.get_errno(), f"mmap of {path} failed")
-        try:
-            pages = (ctypes.c_ubyte * -(-size // mmap.PAGESIZE))()
-            if _libc.mincore(addr, size, pages) != 0:
-                raise OSError(ctypes.get_errno(), f"mincore on {path} failed")
-            return min(size, sum(b & 1 for b in bytes(pages)) * mmap.PAGESIZE)
-        finally:
-            _libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-
-
-@dataclass
-class CacheLog:
-    """How the page cache was dropped before each timed read, and what stayed in it."""
-
-    methods: set[str] = field(default_factory=set)
-    worst_resident: float = 0.0
-    """The largest fraction of a read's files found in the page cache as it began."""
-
-    def drop(self, paths: list[Path]) -> None:
-        """Flush and drop ``paths`` from the page cache, then record what is left of them."""
-        os.sync()
-        for path in paths:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
-        try:
-            with open("/proc/sys/vm/drop_caches", "w") as f:
-                f.write("3\n")
-            self.methods.add("sync + posix_fadvise(DONTNEED) per file + drop_caches=3")
-        except OSError as e:
-            self.methods.add(f"sync + posix_fadvise(DONTNEED) per file (drop_caches: {e.strerror})")
-        total = sum(p.stat().st_size for p in paths)
-        if total:
-            self.worst_resident = max(self.worst_resident, sum(map(_resident, paths)) / total)
-
-
-# -- raw disk speed ------------------------------------------------------------------------
-
-def raw_write(path: Path, nbytes: int, write_behind: bool) -> float:
-    """Seconds to write ``nbytes`` to a new ``path`` in ``IO_BLOCK`` writes and fsync it."""
-    path.unlink(missing_ok=True)
-    block = memoryview(bytearray(os.urandom(IO_BLOCK)))  # random: no file system can compress it
-    os.sync()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        started = time.perf_counter()
-        left = nbytes
-        while left:
-            left -= os.write(fd, block[:min(left, IO_BLOCK)])
-            if write_behind:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.fsync(fd)
-        return time.perf_counter() - started
-    finally:
-        os.close(fd)
-
-
-def raw_read(path: Path, cache: CacheLog) -> float:
-    """Seconds to read ``path`` in ``IO_BLOCK`` reads, once dropped from the page cache."""
-    block = memoryview(bytearray(IO_BLOCK))
-    cache.drop([path])
-    with open(path, "rb", buffering=0) as f:
-        started = time.perf_counter()
-        while f.readinto(block):
-            pass
-        return time.perf_counter() - started
-
-
-# -- kernels -------------------------------------------------------------------------------
-
-class Kernel:
-    """One ipykernel process and a client on its channels."""
-
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
-        self.manager = KernelManager(kernel_name="python3")
-        self.manager.start_kernel(env=env, cwd=str(cwd))
-        self.client = self.manager.client()
-        self.client.start_channels()
-        try:
-            self.client.wait_for_ready(timeout=120)
-        except BaseException:
-            self.close()
-            raise
-
-    def run(self, code: str) -> str:
-        """Run a cell; return its stdout, raise on an error."""
-        out: list[str] = []
-        errors: list[str] = []
-
-        def on_output(msg: dict[str, Any]) -> None:
-            content = msg["content"]
-            if msg["msg_type"] == "stream":
-                (out if content["name"] == "stdout" else errors).append(content["text"])
-            elif msg["msg_type"] == "error":
-                errors.append(f"{content['ename']}: {content['evalue']}")
-
-        reply = self.client.execute_interactive(code, timeout=3600, output_hook=on_output)
-        if reply["content"]["status"] != "ok":
-            raise RuntimeError(f"cell failed in the kernel: {''.join(errors)}\n{code}")
-        return "".join(out)
-
-    def call(self, body: str, **params: Any) -> dict[str, Any]:
-        """Run bench code ``body`` (it sets ``result``) without touching the namespace."""
-        code = ("import json, sys, time\n" + body
-                + f"print({RESULT_MARK!r} + json.dumps(result))\n")
-        stdout = self.run(f"exec({code!r}, {{'shell': get_ipython(), 'params': {params!r}}})")
-        line = next(ln for ln in reversed(stdout.splitlines()) if ln.startswith(RESULT_MARK))
-        result: dict[str, Any] = json.loads(line[len(RESULT_MARK):])
-        return result
-
-    def close(self) -> None:
-        try:
-            self.client.stop_channels()
-        finally:
-            self.manager.shutdown_kernel(now=True)
-
-
-class Kernels:
-    """Starts kernels sharing one Jupyter data dir (so one signing key) in the bench folder."""
-
-    def __init__(self, root: Path) -> None:
-        self.cwd = root / "work"
-        self.cwd.mkdir()
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("JUPYTER_GPUCKPT_")}
-        self.env["JUPYTER_DATA_DIR"] = str(root / "jupyter-data")
-
-    @contextmanager
-    def start(self, *imports: str) -> Iterator[Kernel]:
-        """A kernel with the hooks loaded and ``imports`` done, shut down on exit."""
-        kernel = Kernel(self.env, self.cwd)
-        try:
-            kernel.run("%load_ext kernel_hooks\n" + "".join(f"import {m}\n" for m in imports))
-            yield kernel
-        finally:
-            kernel.close()
-
-
 # -- measurements --------------------------------------------------------------------------
 
 @dataclass
@@ -329,7 +170,7 @@ def timed_restore(kernels: Kernels, store: Path, checkpoint_id: str, imports: tu
                   **params: Any) -> None:
     """Restore into a fresh kernel from a cold page cache, check it, add the time to ``row``."""
     with kernels.start(*imports) as kernel:
-        cache.drop([p for p in store.rglob("*") if p.is_file()])
+        cache.drop(files_under(store))
         restored = kernel.call(RESTORE, store=str(store), id=checkpoint_id)
         if kernel.call(fingerprint, **params)["fingerprint"] != expected:
             raise RuntimeError(f"{row.name}: the restored variables differ from the saved ones")
@@ -423,30 +264,6 @@ class Bench:
 
 # -- report --------------------------------------------------------------------------------
 
-def progress(text: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
-
-
-def machine(folder: Path, versions: dict[str, Any], load_at_start: float) -> dict[str, Any]:
-    meminfo = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    df = subprocess.run(["df", "-T", str(folder)], capture_output=True, text=True, check=True)
-    device, fstype, blocks, _used, available, _pct, mount = df.stdout.splitlines()[-1].split(None, 6)
-    return {
-        "cpus": len(os.sched_getaffinity(0)), "cpu": cpu,
-        "memory_gib": round(int(meminfo["MemTotal"].split()[0]) / (1 << 20), 1),
-        "filesystem": {"device": device, "type": fstype, "mount": mount,
-                       "size_gib": round(int(blocks) / (1 << 20), 1),
-                       "free_gib": round(int(available) / (1 << 20), 1)},
-        "platform": platform.platform(),
-        "load_at_start": load_at_start,
-        "jupyter-gpuckpt": metadata.version("jupyter-gpuckpt"),
-        "blake3": metadata.version("blake3"),
-        **versions,
-    }
-
-
 def table(rows: list[Row]) -> str:
     best = {kind: max(row.rate for row in rows if row.name.startswith(f"raw {kind}"))
             for kind in ("write", "read")}
@@ -456,36 +273,27 @@ def table(rows: list[Row]) -> str:
         share = "-" if row.baseline is None else f"{100 * row.rate / best[row.baseline]:.0f}% {row.baseline}"
         lines.append((row.name, f"{row.median:.2f}", f"{row.nbytes / GB:.3f}", written,
                       f"{row.rate:.2f}", share, str(len(row.seconds))))
-    widths = [max(map(len, column)) for column in zip(*lines, strict=True)]
-    return "\n".join(
-        "  ".join([line[0].ljust(widths[0])]
-                  + [cell.rjust(w) for cell, w in zip(line[1:], widths[1:], strict=True)])
-        for line in lines
-    )
+    return align(lines)
 
 
 def report(bench: Bench, info: dict[str, Any]) -> str:
-    fs, rows, cache = info["filesystem"], bench.rows, bench.cache
+    rows, cache = bench.rows, bench.cache
     written = rows["A incremental"].written or 0
+    machine_line, fs_line, load_line = machine_lines(info)
     lines = [
-        f"Machine: {info['cpus']} CPUs ({info['cpu']}), {info['memory_gib']} GiB memory, {info['platform']}",
-        f"File system: {fs['type']} on {fs['device']} mounted at {fs['mount']} "
-        f"({fs['size_gib']} GiB, {fs['free_gib']} GiB free)",
+        machine_line,
+        fs_line,
         f"Python {info['python']} ({info['executable']}), numpy {info['numpy']}, torch {info['torch']}, "
         f"blake3 {info['blake3']}, jupyter-gpuckpt {info['jupyter-gpuckpt']}",
         f"Workload A: {ARRAYS} float64 arrays; workload B: {info['B parameters'] / 1e6:.0f}M parameters "
         "with Adam state",
-        f"Load average (1 min) at the start: {info['load_at_start']:.2f}"
-        + (" -- other work was running, so the figures may be low" if info["load_at_start"] > 0.5 else ""),
+        load_line,
         "",
         table(list(rows.values())),
         "",
         f"A incremental: {CHANGED_FRACTION:.0%} of A's bytes changed; the save wrote "
         f"{written / 1e6:.1f} MB = {100 * written / rows['A save'].nbytes:.2f}% of the full checkpoint.",
-        f"Page cache before timed reads: {'; '.join(sorted(cache.methods))}; at most "
-        f"{cache.worst_resident:.1%} of a read's files was still cached when it began"
-        + (" (those reads may have been served from memory)." if cache.worst_resident > 0.01 else "."),
-        "A cache below this machine (hypervisor, storage server) cannot be dropped from here.",
+        cache.summary(),
     ]
     return "\n".join(lines)
 

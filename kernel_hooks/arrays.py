@@ -95,6 +95,18 @@ class OutOfBand:
         self._by_picklebuffer[id(buffer)] = (buffer, slot)
         return _loaded, (buffer,)
 
+    def release(self) -> None:
+        """Release the pass's ``PickleBuffer`` exports of the buffers' memory.
+
+        Left to the garbage collector, a cycle holding a memoryview and a ``PickleBuffer``
+        that still exports it could be cleared memoryview first, which fails ("memoryview
+        has 1 exported buffer") and then crashed the interpreter at exit.
+        """
+        for buffer, _slot in self._by_picklebuffer.values():
+            buffer.release()
+        self._by_picklebuffer.clear()
+        self._slots.clear()
+
     def buffer_callback(self, buffer: pickle.PickleBuffer) -> bool:
         """Called by the pickler; False sends the buffer out of band."""
         hit = self._by_picklebuffer.get(id(buffer))

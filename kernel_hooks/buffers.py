@@ -50,13 +50,19 @@ CopyIn = Callable[[int, int, StagingSlot], None]
 class PendingBuffer:
     """A buffer whose chunks are being hashed and written."""
 
-    def __init__(self, nbytes: int, chunk: int) -> None:
+    def __init__(self, nbytes: int, chunk: int, blobs: BlobStore, stats: WriteStats) -> None:
         self.nbytes = nbytes
         self.chunk = chunk
         self.futures: list[Future[str]] = []
+        self._blobs = blobs
+        self._stats = stats
 
     def record(self) -> BufferRecord:
-        return BufferRecord(self.nbytes, self.chunk, [f.result() for f in self.futures])
+        """Where the buffer is stored, once its chunks are written; publishes those chunks
+        that :meth:`BlobStore.publish` has not published yet."""
+        hashes = [f.result() for f in self.futures]
+        self._blobs.publish(self._stats, digests=hashes)
+        return BufferRecord(self.nbytes, self.chunk, hashes)
 
 
 class BufferSink:
@@ -81,8 +87,8 @@ class BufferSink:
         """Store ``view`` (1-D, bytes) straight from memory."""
         if (pending := self.cached(key)) is not None:
             return pending
-        chunk = self.blobs.chunk_bytes
-        pending = PendingBuffer(len(view), chunk)
+        chunk = self.blobs.chunk_for(len(view))
+        pending = PendingBuffer(len(view), chunk, self.blobs, self.stats)
         for offset in range(0, len(view), chunk):
             part = view[offset:offset + chunk]
             pending.futures.append(
@@ -96,7 +102,7 @@ class BufferSink:
         if (pending := self.cached(key)) is not None:
             return pending
         chunk = staging.size
-        pending = PendingBuffer(nbytes, chunk)
+        pending = PendingBuffer(nbytes, chunk, self.blobs, self.stats)
         for offset in range(0, nbytes, chunk):
             length = min(chunk, nbytes - offset)
             slot = staging.take()

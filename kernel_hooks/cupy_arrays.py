@@ -14,14 +14,14 @@ import cupyx
 import numpy as np
 
 from .arrays import INLINE_BYTES, OutOfBand, Reduction, staged_slot
-from .blobs import DEFAULT_CHUNK_BYTES, BufferRecord
+from .blobs import DEVICE_CHUNK_BYTES, BufferRecord
 from .buffers import BufferSource, Staging, StagingSlot
 
 STAGING_SLOTS = 8
 _runtime = cupy.cuda.runtime
 
 
-def pinned_staging(chunk: int = DEFAULT_CHUNK_BYTES) -> Staging:
+def pinned_staging(chunk: int = DEVICE_CHUNK_BYTES) -> Staging:
     slots = []
     for _ in range(STAGING_SLOTS):
         host = cupyx.empty_pinned((chunk,), dtype=np.uint8)

@@ -8,6 +8,7 @@ with a warning that names it.
 
 from __future__ import annotations
 
+import csv
 import functools
 import platform
 import sys
@@ -20,9 +21,46 @@ from packaging.version import InvalidVersion, Version
 from .errors import IncompatibleError
 
 
+def _top_levels(dist: metadata.Distribution) -> set[str]:
+    """The top-level modules ``dist`` provides, as ``metadata.packages_distributions`` finds
+    them, but from the text of ``top_level.txt`` or ``RECORD``: it parses neither every
+    distribution's METADATA nor its file list into paths, which took 0.2 to 1.7 s on a
+    kernel's first save (measured by benchmarks/bench_peers.py)."""
+    declared = (dist.read_text("top_level.txt") or "").split()
+    if declared:
+        return set(declared)
+    record = dist.read_text("RECORD")
+    paths = ([row[0] for row in csv.reader(record.splitlines()) if row] if record is not None
+             else [str(f) for f in dist.files or ()])
+    return {path.split("/", 1)[0] if "/" in path else path[:-3] for path in paths if path.endswith(".py")}
+
+
+def _name_version(dist: metadata.Distribution) -> tuple[str, str] | None:
+    """``Name`` and ``Version`` from the head of ``dist``'s METADATA, read as plain text."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line:
+            break  # the headers end at the first blank line
+        key, _, value = line.partition(":")
+        if key in ("Name", "Version"):
+            found.setdefault(key, value.strip())
+    return (found["Name"], found["Version"]) if len(found) == 2 else None
+
+
 @functools.lru_cache(maxsize=1)
-def _distributions() -> dict[str, list[str]]:
-    return dict(metadata.packages_distributions())
+def _distributions() -> dict[str, list[tuple[str, str]]]:
+    """{top-level module: (name, version) of each distribution providing it}, in ``sys.path``
+    order. Only strings are kept: holding on to ``Distribution`` objects until the
+    interpreter exits made it crash there (with torch loaded)."""
+    found: dict[str, list[tuple[str, str]]] = {}
+    for dist in metadata.distributions():
+        roots = _top_levels(dist)
+        named = _name_version(dist) if roots else None
+        if named is not None:
+            for root in roots:
+                found.setdefault(root, []).append(named)
+    return found
 
 
 def libraries(module_names: Iterable[str]) -> dict[str, str]:
@@ -32,11 +70,8 @@ def libraries(module_names: Iterable[str]) -> dict[str, str]:
     for root in {name.split(".")[0] for name in module_names if name}:
         if root in stdlib or root in ("__main__", "builtins", "__mp_main__"):
             continue
-        for dist in _distributions().get(root, []):
-            try:
-                found[dist] = metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
+        for name, version in _distributions().get(root, []):
+            found.setdefault(name, version)  # the first on sys.path is the one imported
     return dict(sorted(found.items()))
 
 

@@ -105,6 +105,8 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
         self._reducers[Variable] = self._reduce_variable
         self.types_seen: set[type] = set()
         self.modules_seen: set[str] = set()
+        self._plain: set[type] = set()
+        """Types of objects already seen that no override handles (one set lookup each)."""
 
     def _reduce_variable(self, var: Variable) -> Any:
         self._out.current_var = var.name
@@ -113,7 +115,11 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
         return _variable, (var.name, var.value)
 
     def reducer_override(self, obj: Any) -> Any:
+        # The C pickler calls this for every object that is not a builtin atom or
+        # container (each dataclass instance, say): answer repeat types at once.
         kind = type(obj)
+        if kind in self._plain:
+            return NotImplemented
         self.types_seen.add(kind)
         reducer = self._reducers.get(kind)
         if reducer is not None:
@@ -128,6 +134,7 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
             self.modules_seen.add(obj.__name__)
             return NotImplemented
         else:
+            self._plain.add(kind)
             return NotImplemented  # cloudpickle only overrides functions and classes
         return super().reducer_override(obj)
 
@@ -161,6 +168,8 @@ def probe(namespace: dict[str, Any], names: Iterable[str], reason: Callable[[Bas
             NamespacePickler(CountingWriter(), out, namespace).dump([Variable(name, namespace[name])])
         except Exception as e:
             failures[name] = reason(e)
+        finally:
+            out.release()
     return failures
 
 

@@ -97,6 +97,7 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
                 failures.update(found)
         total[0] = sum(spec.nbytes for spec in current.out.specs)
         sink.io.wait()
+        store.blobs.publish(sink.stats, sink.io)
         records = [p.record() for p in current.out.pending]
         pickle_hash = current.stream.commit(sink.stats)
     except OSError as e:
@@ -104,6 +105,8 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
     finally:
         for p in passes:
             p.stream.discard()
+            p.pickler.clear_memo()
+            p.out.release()
     return current, failures, records, pickle_hash
 
 

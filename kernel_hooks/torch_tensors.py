@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot, staged_slot
-from .blobs import DEFAULT_CHUNK_BYTES, BufferRecord
+from .blobs import DEVICE_CHUNK_BYTES, BufferRecord
 from .buffers import BufferSource, Staging, StagingSlot
 
 STAGING_SLOTS = 8
@@ -26,7 +26,7 @@ def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
 
 
-def pinned_staging(chunk: int = DEFAULT_CHUNK_BYTES) -> Staging:
+def pinned_staging(chunk: int = DEVICE_CHUNK_BYTES) -> Staging:
     slots = []
     for _ in range(STAGING_SLOTS):
         host = torch.empty(chunk, dtype=torch.uint8, pin_memory=True)

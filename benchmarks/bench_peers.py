@@ -4,17 +4,17 @@ Run it from the repository with the ``test`` and ``bench`` extras installed
 (``pip install -e ".[test,bench]"``)::
 
     python benchmarks/bench_peers.py --quick        # tiny sizes, under 2 minutes
-    python benchmarks/bench_peers.py                # half the issue's sizes, ~25 min on 2 cores
+    python benchmarks/bench_peers.py                # a quarter of the issue's sizes, ~25 min on 2 cores
     python benchmarks/bench_peers.py --full         # the issue's sizes (2 GB of arrays, ...)
     python benchmarks/bench_peers.py --only a,e --runs 5 --json peers.json
     python benchmarks/bench_peers.py --gpu          # the GPU variant (needs torch.cuda)
 
 Workloads (``peer_workloads.py``), each built by cells in a real kernel: (a) numpy arrays
-in 20 variables, (b) a torch model with gradients and Adam, (c) small Python objects, (d)
+in 20 variables, (b) a torch model with its Adam state, (c) small Python objects, (d)
 a pandas DataFrame with mixed columns, (e) a notebook whose cells take about a minute
-(synthetic data, a model, training, evaluation). ``--scale`` multiplies the sizes (the
-default 0.5 keeps the default run near 25 minutes on 2 cores; the notebook's minute is not
-scaled).
+(synthetic data, a model, training, evaluation). ``--scale`` multiplies the sizes and the
+notebook's minute (but runs it for 30 s at least); the default, 0.25, keeps the default run
+near 25 minutes on 2 cores, more than half of which Kishu takes.
 
 Systems (``peer_systems.py``), all on the same file system, every save made durable
 (``fsync``) before its clock stops: ours (``save_checkpoint`` / ``restore_checkpoint``;
@@ -66,6 +66,8 @@ from peer_workloads import CALIBRATE, NOTEBOOK_SECONDS, Workload, build  # noqa:
 
 BENCH_DIR = Path(__file__).resolve().parent
 KISHU_REQUIREMENT = "kishu==0.3.4"
+DEFAULT_SCALE = 0.25
+"""Keeps the default run near 25 minutes on 2 cores; Kishu takes half of that."""
 KISHU_KERNEL = "bench-kishu"
 SYSTEMS = ("ours", "dill", "Kishu", "torch.save", "pickle5")
 TOOL_IMPORTS = {"ours": (), "dill": ("dill",), "torch.save": ("torch",), "pickle5": ("pickle",),
@@ -301,7 +303,9 @@ class PeerBench:
             for cell in w.cells:
                 kernel.run(cell)
             commits = kernel.call(KISHU_COLLECT, notebook=str(notebook))
-            expected = fingerprint(kernel, w.key)
+        # The cells are deterministic: the state is the builder's before any change (reading
+        # it here would make Kishu trace and hash every variable once more).
+        expected = self.notes[w.key]["fingerprint"]
         save = {"seconds": sum(c["seconds"] for c in commits["commits"]),
                 "peak_extra": max(c["peak_extra"] for c in commits["commits"])}
         disk = folder_bytes(folder) - before
@@ -321,6 +325,7 @@ class PeerBench:
         faster than that.
         """
         with self.kernels.start() as kernel:
+            self.drop_cache(w, self.root / "stores")
             started = time.perf_counter()
             kernel.run(w.setup)
             self.figures(w.key, "imports only").restore.append(time.perf_counter() - started)
@@ -339,19 +344,27 @@ class PeerBench:
     # -- per-cell overhead --
 
     def cell_overhead(self, cells: int) -> dict[str, Any]:
-        """Median execute round trip of a trivial cell, with and without the hooks loaded."""
-        progress(f"per-cell overhead: {cells} trivial cells in each kernel")
+        """Execute round trips of a trivial cell, with and without the hooks loaded.
+
+        Two kernels of each kind, taking turns, ``cells`` cells per kind: two identical
+        kernels differ by a few tenths of a millisecond here, so one of each would not do.
+        """
+        progress(f"per-cell overhead: {cells} trivial cells with and {cells} without the hooks")
         times: dict[str, list[float]] = {"without hooks": [], "with hooks": []}
-        with self.kernels.start(hooks=False) as plain, self.kernels.start(hooks=True) as hooked:
-            kernels = {"without hooks": plain, "with hooks": hooked}
-            for kernel in kernels.values():
+        kernels = [("without hooks", self.kernels.open(hooks=False)), ("with hooks", self.kernels.open(hooks=True)),
+                   ("without hooks", self.kernels.open(hooks=False)), ("with hooks", self.kernels.open(hooks=True))]
+        try:
+            for _, kernel in kernels:
                 for _ in range(20):
                     kernel.run("pass")
-            for i in range(cells):
-                for name in (list(kernels) if i % 2 else list(reversed(kernels))):
+            for i in range(cells // 2):
+                for name, kernel in (kernels if i % 2 else kernels[::-1]):
                     started = time.perf_counter()
-                    kernels[name].run("pass")
+                    kernel.run("pass")
                     times[name].append(time.perf_counter() - started)
+        finally:
+            for _, kernel in kernels:
+                kernel.close()
         if "Kishu" in self.systems and self.kishu_overhead:
             notebook = new_notebook(self.root / "overhead.ipynb")
             with self.kernels.start(hooks=False, kernel_name=KISHU_KERNEL, env=self.kishu_env) as kishu:
@@ -369,7 +382,8 @@ class PeerBench:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--scale", type=float, default=0.5, help="fraction of the issue's sizes (default: 0.5)")
+    size.add_argument("--scale", type=float, default=DEFAULT_SCALE,
+                      help=f"fraction of the issue's sizes (default: {DEFAULT_SCALE})")
     size.add_argument("--full", action="store_true", help="the issue's sizes (--scale 1)")
     size.add_argument("--quick", action="store_true",
                       help="smoke test: --scale 0.01, 1 run, a 5 s notebook, Kishu on (c) only, "
@@ -405,7 +419,8 @@ def main() -> None:
     versions: dict[str, Any] = {}
     kishu_env: dict[str, str] = {}
     root = Path(tempfile.mkdtemp(prefix="peers-", dir=args.dir)).resolve()
-    bench = PeerBench(root, scale, runs, systems, kishu_env, args.keep, 5.0 if args.quick else NOTEBOOK_SECONDS)
+    notebook = 5.0 if args.quick else max(30.0, NOTEBOOK_SECONDS * scale)
+    bench = PeerBench(root, scale, runs, systems, kishu_env, args.keep, notebook)
     if args.quick:  # a smoke test: the cheaper page cache drop, and Kishu (slow to start) on (c) only
         bench.cache.everything = bench.kishu_overhead = False
         bench.kishu_workloads = "c"
@@ -426,7 +441,7 @@ def main() -> None:
         warmed = warm_memory(int(8 * 2 * GB * scale) + (2 << 30))
         progress(f"touched {warmed / 2**30:.0f} GiB of memory once ({time.perf_counter() - started:.0f} s)")
     try:
-        overhead = bench.cell_overhead(cells)
+        overhead = bench.cell_overhead(cells) if cells else {}
         workloads = build(scale)
         done = [bench.workload(workloads[key]) for key in keys]
         with bench.kernels.start("numpy", "pandas", "torch", "dill", hooks=False) as kernel:

@@ -186,7 +186,8 @@ class Kernel:
             kwargs["connection_file"] = str(connection_dir / f"kernel-{uuid.uuid4()}.json")
         self.manager = KernelManager(**kwargs)
         self.closed = False
-        self.manager.start_kernel(env=env, cwd=str(cwd))
+        # ERROR: ipykernel 7 warns at every start that it listens on TCP (the benchmark's own ports)
+        self.manager.start_kernel(env=env, cwd=str(cwd), extra_arguments=["--log-level=ERROR"])
         self.client = self.manager.client()
         self.client.start_channels()
         try:
@@ -214,8 +215,8 @@ class Kernel:
 
     def call(self, body: str, **params: Any) -> dict[str, Any]:
         """Run bench code ``body`` (it sets ``result``) without touching the namespace."""
-        code = ("import json, sys, time\n" + body
-                + f"print({RESULT_MARK!r} + json.dumps(result))\n")
+        code = ("import json, sys, time\n" + body.rstrip("\n")
+                + f"\nprint({RESULT_MARK!r} + json.dumps(result))\n")
         stdout = self.run(f"exec({code!r}, {{'shell': get_ipython(), 'params': {params!r}}})")
         line = next(ln for ln in reversed(stdout.splitlines()) if ln.startswith(RESULT_MARK))
         result: dict[str, Any] = json.loads(line[len(RESULT_MARK):])

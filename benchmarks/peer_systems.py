@@ -191,6 +191,9 @@ def kishu_head(notebook: str) -> str:
 def kishu_checkout(shell: Any, commit_id: str) -> dict[str, Any]:
     """What ``kishu checkout`` runs in the kernel (``KishuCommand.checkout`` sends it there)."""
     result: dict[str, Any] = {}
+    kishu = shell.user_ns["_kishu"]
     with measured(result):
-        shell.user_ns["_kishu"].checkout(commit_id)
+        kishu.checkout(commit_id)
+    # Detached, Kishu no longer traces (and hashes) the variables the check then reads.
+    kishu.uninstall_kishu_hooks()
     return result

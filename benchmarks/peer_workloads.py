@@ -134,7 +134,7 @@ def build(scale: float, notebook_steps: int = 0) -> dict[str, Workload]:
         Workload("a", f"numpy: {ARRAYS} float64 arrays of {length * 8 / 1e6:.0f} MB", "import numpy as np",
                  (BUILD_A.format(arrays=ARRAYS, length=length),), tuple(f"a{i:02d}" for i in range(ARRAYS)),
                  ("numpy",)),
-        Workload("b", f"torch: {params / 1e6:.0f}M parameters, gradients, Adam", "import torch",
+        Workload("b", f"torch: {params / 1e6:.0f}M parameters with Adam state", "import torch",
                  (BUILD_B.format(width=LAYER_WIDTH, layers=layers),), ("model", "optimizer"), ("torch",)),
         Workload("c", f"objects: {objects:,} dataclass instances + {objects:,} dicts", "import dataclasses",
                  (BUILD_C.format(n=objects),), ("Record", "records", "lookup"), (),
@@ -169,7 +169,8 @@ while time.perf_counter() - started < params["probe"]:
     optimizer.zero_grad()
     done += 1
 rate = done / (time.perf_counter() - started)
-result = {"steps": max(10, int(rate * params["seconds"]))}
+# 1.3: the probe ran while the machine was busier than a later re-run may find it
+result = {"steps": max(10, int(1.3 * rate * params["seconds"]))}
 """
 
 

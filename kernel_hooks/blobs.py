@@ -1,22 +1,31 @@
-"""Content-addressed blobs: big buffers cut into chunks, hashed and written in parallel.
+"""Content-addressed blobs holding chunks: what a save writes and a restore reads back.
 
-A buffer is stored as fixed-size chunks named by their BLAKE3 hash, so a chunk that an
-earlier checkpoint already wrote costs a ``stat`` instead of a write, and a small change to
-a big array rewrites only the chunks it touched. Hashing and writing run on a small thread
-pool (both release the GIL), so the two overlap and the disk stays busy; buffers are read
-and written straight from the caller's memory, never copied whole.
+Every buffer (and the namespace pickle) is cut into small chunks, each named by its
+BLAKE3 hash, so a chunk that any checkpoint of the owner already stored costs nothing, and
+a small change to a big array rewrites only the chunks it touched. New chunks are appended
+to a few *pack* blobs, one per I/O thread, rather than written one file each: a file per
+256 KiB chunk ran at 0.31 GB/s where 2 MiB files ran at 1.16 (ext4, 4 threads, 500 MB),
+and packs keep that speed with the small chunks incremental saves need. A pack is named by
+the hash of its chunks' hashes and offsets, so it is content-addressed like any blob; the
+manifest says where each chunk lies, as extents of consecutive chunks within a pack.
+
+Hashing and writing run on a small thread pool (both release the GIL), so they overlap and
+the disk stays busy; buffers are read and written straight from the caller's memory, never
+copied whole.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import io
 import os
 import secrets
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +33,22 @@ import blake3
 
 from .errors import IntegrityError
 
-DEFAULT_CHUNK_BYTES = 2 << 20
-"""Chunk size of host buffers. A contiguous change of L bytes rewrites about L plus one
-chunk, so small chunks keep incremental saves small (a 1% change to 1 GB of arrays in 4
-places wrote 6.7% of it with 8 MiB chunks, 1.5% with 1 MiB; benchmarks/bench_peers.py)
-with no measurable loss of throughput on the machine that measured it."""
-DEFAULT_WHOLE_BYTES = 4 << 20
-"""Host buffers up to this size are one blob: splitting them saves little and costs files."""
-DEVICE_CHUNK_BYTES = 8 << 20
-"""Chunk size of device (GPU) buffers: the size of their pinned host staging slots."""
+CHUNK_BYTES = 256 << 10
+"""Hash and deduplication granularity. A contiguous change of L bytes rewrites about L plus
+one chunk: with 256 KiB chunks a 1% change of workload (d) in benchmarks/bench_peers.py (four
+columns of a 1 GB frame) rewrites 1.4% of it, with 2 MiB chunks it rewrote 6.7%."""
+SEGMENT_BYTES = 8 << 20
+"""What one I/O task hashes and writes (or reads and verifies): big enough that the thread
+pool's overhead is small, small enough that four threads share a buffer of a few MB."""
+DEVICE_CHUNK_BYTES = SEGMENT_BYTES
+"""Size of the pinned host staging slots that device (GPU) buffers move through."""
+PACK_BYTES = 128 << 20
+"""A pack is published (synced and named) once this big, so a long save publishes as it
+goes and garbage collection can free space in pieces of this size."""
+ALIGN = 4096
+"""Appends to a pack start at multiples of this, so restores can read with ``O_DIRECT``."""
+WRITEBACK_WINDOW = 32 << 20
+"""Bytes behind a pack's end whose cached pages are dropped at each append."""
 DEFAULT_WORKERS = 4
 HASH_NAME = "blake3"
 _HEX = frozenset("0123456789abcdef")
@@ -48,202 +64,439 @@ def is_digest(text: object) -> bool:
     return isinstance(text, str) and len(text) == 64 and set(text) <= _HEX
 
 
-def _drop_cache(fd: int) -> None:
-    """Let the kernel drop a written blob's pages: saving gigabytes then reuses a few cache
-    pages instead of growing the cache (and evicting the user's files); about 2x faster
-    where new pages are costly (measured by benchmarks/bench_checkpoint.py)."""
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-
-
 def temp_prefix() -> str:
     """Prefix of this process's temporary files, so cleanup can tell whose they are."""
     return f".tmp-{socket.gethostname()}-{os.getpid()}-"
 
 
+def _drop_cache(fd: int, offset: int = 0, length: int = 0) -> None:
+    """Start writeback of written pages and drop the clean ones: saving gigabytes then
+    reuses a few cache pages instead of growing the cache (and evicting the user's files);
+    about 2x faster where new pages are costly (benchmarks/bench_checkpoint.py)."""
+    os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
+
+
+# -- where chunks lie ----------------------------------------------------------------------
+
+Extent = tuple[int, int, int]
+"""``(blob index, offset in the blob, number of chunks)``: consecutive chunks of a buffer
+stored one after another in one blob."""
+
+
 @dataclass
 class BufferRecord:
-    """Where one buffer's bytes live: its size, chunk size and chunk hashes in order."""
+    """Where one buffer's bytes live: its size, chunk size, chunk hashes and extents."""
 
     nbytes: int
     chunk: int
     hashes: list[str]
+    blobs: list[str]
+    extents: list[Extent]
 
     def to_json(self) -> dict[str, Any]:
-        return {"nbytes": self.nbytes, "chunk": self.chunk, "hashes": self.hashes}
+        return {"nbytes": self.nbytes, "chunk": self.chunk, "hashes": self.hashes,
+                "blobs": self.blobs, "extents": [list(e) for e in self.extents]}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> BufferRecord:
-        nbytes, chunk, hashes = data["nbytes"], data["chunk"], data["hashes"]
-        expected = -(-nbytes // chunk) if nbytes else 0
-        if len(hashes) != expected or not all(is_digest(h) for h in hashes):
+        try:
+            nbytes, chunk = int(data["nbytes"]), int(data["chunk"])
+            hashes, blobs = [str(h) for h in data["hashes"]], [str(b) for b in data["blobs"]]
+            extents = [(int(b), int(o), int(n)) for b, o, n in data["extents"]]
+        except (KeyError, TypeError, ValueError):
+            raise IntegrityError("a buffer record in the manifest is malformed") from None
+        if (chunk <= 0 or nbytes < 0 or len(hashes) != -(-nbytes // chunk)
+                or not all(is_digest(h) for h in hashes + blobs)
+                or sum(n for _, _, n in extents) != len(hashes)
+                or not all(0 <= b < len(blobs) and o >= 0 and n > 0 for b, o, n in extents)):
             raise IntegrityError("a buffer record in the manifest is malformed")
-        return cls(nbytes, chunk, list(hashes))
+        return cls(nbytes, chunk, hashes, blobs, extents)
 
-    def spans(self) -> list[tuple[str, int, int]]:
-        """(hash, offset, length) of each chunk."""
-        return [
-            (h, i * self.chunk, min(self.chunk, self.nbytes - i * self.chunk))
-            for i, h in enumerate(self.hashes)
-        ]
+    @classmethod
+    def build(cls, nbytes: int, chunk: int, hashes: list[str],
+              locate: Callable[[str], tuple[str, int]]) -> BufferRecord:
+        """The record of ``hashes``, with ``locate(hash) -> (blob, offset)``."""
+        blobs: list[str] = []
+        index: dict[str, int] = {}
+        extents: list[list[int]] = []
+        end = (-1, -1)  # (blob index, offset) right after the last extent
+        for i, digest in enumerate(hashes):
+            blob, offset = locate(digest)
+            b = index.setdefault(blob, len(index))
+            if b == len(blobs):
+                blobs.append(blob)
+            if (b, offset) == end:
+                extents[-1][2] += 1
+            else:
+                extents.append([b, offset, 1])
+            end = (b, offset + min(chunk, nbytes - i * chunk))
+        return cls(nbytes, chunk, hashes, blobs, [(b, o, n) for b, o, n in extents])
+
+    def locations(self) -> Iterator[tuple[str, str, int, int]]:
+        """(chunk hash, blob, offset in the blob, length) of each chunk, in order."""
+        i = 0
+        for b, offset, count in self.extents:
+            for _ in range(count):
+                length = min(self.chunk, self.nbytes - i * self.chunk)
+                yield self.hashes[i], self.blobs[b], offset, length
+                offset += length
+                i += 1
+
+    def pieces(self, limit: int) -> Iterator[Piece]:
+        """The buffer as reads of at most ``limit`` bytes, each within one extent."""
+        per_piece = max(1, limit // self.chunk)
+        i = 0
+        for b, offset, count in self.extents:
+            for first in range(0, count, per_piece):
+                n = min(per_piece, count - first)
+                start = (i + first) * self.chunk
+                lengths = [min(self.chunk, self.nbytes - (i + first + k) * self.chunk) for k in range(n)]
+                yield Piece(self.blobs[b], offset + first * self.chunk, start,
+                            list(zip(self.hashes[i + first:i + first + n], lengths, strict=True)))
+            i += count
 
 
 @dataclass
-class WriteStats:
-    bytes_written: int = 0
-    bytes_reused: int = 0
-    blobs_written: int = 0
-    blobs_reused: int = 0
-    created: dict[str, int] = field(default_factory=dict)
-    """Blobs this save wrote, with their mtime (ns): what to take back if the save fails."""
-    pending: dict[str, tuple[Path, int]] = field(default_factory=dict)
-    """Blobs written but not yet synced and named: {hash: (temporary file, size)}."""
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+class Piece:
+    """One read: consecutive chunks of a blob, for bytes ``start`` on of a buffer."""
 
-    def claim(self, digest: str) -> bool:
-        """True if this save is not already writing a blob ``digest`` (then the caller does)."""
-        with self._lock:
-            if digest in self.pending:
+    blob: str
+    offset: int
+    start: int
+    chunks: list[tuple[str, int]]
+    """(hash, length) of each chunk."""
+
+    @property
+    def nbytes(self) -> int:
+        return sum(n for _, n in self.chunks)
+
+
+# -- writing -------------------------------------------------------------------------------
+
+class Pack:
+    """A blob being written: chunks appended to a temporary file, named when published."""
+
+    def __init__(self, directory: Path) -> None:
+        self.tmp = directory / f"{temp_prefix()}{secrets.token_hex(6)}"
+        self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        self.size = 0
+        self._naming = blake3.blake3()
+        """Hashes each chunk's hash and offset: the same name means the same bytes."""
+        self.name: str | None = None
+        """The blob's name once published."""
+
+    def append(self, views: list[memoryview], digests: list[bytes]) -> int:
+        """Write ``views`` after the end, from the next multiple of :data:`ALIGN` (the gap
+        reads as zeros); returns the offset of the first."""
+        offset = -(-self.size // ALIGN) * ALIGN
+        total = sum(len(v) for v in views)
+        done = 0
+        while done < total:
+            done += os.pwritev(self.fd, _after(views, done), offset + done)
+        at = offset
+        for view, digest in zip(views, digests, strict=True):
+            self._naming.update(digest + at.to_bytes(8, "little"))
+            at += len(view)
+        self.size = offset + total
+        start = max(0, offset - WRITEBACK_WINDOW)
+        _drop_cache(self.fd, start, self.size - start)
+        return offset
+
+    def publish(self, directory: Path) -> bool:
+        """fsync and name the pack; False if an identical blob was already there."""
+        os.fsync(self.fd)
+        _drop_cache(self.fd)  # now clean, the pages can go
+        os.close(self.fd)
+        self.fd = -1
+        self.name = self._naming.hexdigest()
+        final = directory / self.name
+        try:
+            if os.stat(final).st_size == self.size:
+                os.utime(final)
+                self.tmp.unlink()
                 return False
-            self.pending[digest] = (Path(), 0)
+        except FileNotFoundError:
+            pass
+        os.replace(self.tmp, final)
+        return True
+
+    def discard(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self.tmp.unlink(missing_ok=True)
+
+
+def _after(views: list[memoryview], skip: int) -> list[memoryview]:
+    """What is left of ``views`` once ``skip`` bytes of them went out (after a short write)."""
+    if not skip:
+        return views
+    for i, view in enumerate(views):
+        if skip < len(view):
+            return [view[skip:], *views[i + 1:]]
+        skip -= len(view)
+    return []
+
+
+class BlobWriter:
+    """What one save writes: new chunks into packs (one per I/O thread), and its counts.
+
+    ``known`` maps the chunks the owner's checkpoints already hold to ``(blob, offset)``;
+    those are not written again.
+    """
+
+    def __init__(self, blobs: BlobStore, known: dict[str, tuple[str, int]] | None = None) -> None:
+        self.blobs = blobs
+        self.known = known or {}
+        self.new: dict[str, tuple[Pack, int]] = {}
+        self.packs: list[Pack] = []
+        self.created: dict[str, int] = {}
+        """Blobs this save published, with their mtime (ns): what a failed save takes back."""
+        self.bytes_written = 0
+        self.bytes_reused = 0
+        self._claimed: set[str] = set()
+        self._lock = threading.Lock()
+        self._local = threading.local()
+
+    def store(self, view: memoryview, pack: Pack | None = None) -> list[str]:
+        """Hash ``view``'s chunks and append those not stored yet to ``pack`` (by default
+        this thread's); returns the chunk hashes."""
+        chunk = self.blobs.chunk_bytes
+        hashes: list[str] = []
+        fresh: list[tuple[str, bytes, memoryview]] = []
+        for offset in range(0, len(view), chunk):
+            part = view[offset:offset + chunk]
+            digest = blake3.blake3(part).digest()
+            hashes.append(digest.hex())
+            if self._claim(hashes[-1], len(part)):
+                fresh.append((hashes[-1], digest, part))
+        if fresh:
+            self._append(fresh, pack)
+        return hashes
+
+    def _claim(self, digest: str, nbytes: int) -> bool:
+        """True if this chunk is new (the caller writes it), False if it is stored already."""
+        with self._lock:
+            if digest in self.known or digest in self._claimed:
+                self.bytes_reused += nbytes
+                return False
+            self._claimed.add(digest)
+            self.bytes_written += nbytes
             return True
 
-    def stage(self, digest: str, tmp: Path, nbytes: int) -> None:
-        with self._lock:
-            self.pending[digest] = (tmp, nbytes)
-
-    def unstage(self, digest: str) -> None:
-        with self._lock:
-            self.pending.pop(digest, None)
-
-    def add(self, nbytes: int, written: bool, path: Path | None = None) -> None:
-        with self._lock:
-            if written:
-                self.bytes_written += nbytes
-                self.blobs_written += 1
-                if path is not None:
-                    self.created[path.name] = os.stat(path).st_mtime_ns
-            else:
-                self.bytes_reused += nbytes
-                self.blobs_reused += 1
-
-
-class BlobStore:
-    """The ``blobs/`` folder of one owner's store."""
-
-    def __init__(self, directory: Path, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-                 whole_bytes: int = DEFAULT_WHOLE_BYTES, workers: int = DEFAULT_WORKERS) -> None:
-        self.directory = directory
-        self.chunk_bytes = chunk_bytes
-        self.whole_bytes = whole_bytes
-        self.workers = workers
-
-    def chunk_for(self, nbytes: int) -> int:
-        """The chunk size of a host buffer of ``nbytes``."""
-        return nbytes if 0 < nbytes <= self.whole_bytes else self.chunk_bytes
-
-    def path(self, digest: str) -> Path:
-        if not is_digest(digest):
-            raise IntegrityError(f"{digest!r} is not a blob hash")
-        return self.directory / digest
-
-    def has(self, digest: str, nbytes: int) -> bool:
+    def _append(self, fresh: list[tuple[str, bytes, memoryview]], pack: Pack | None) -> None:
+        own = pack is None
+        if own:
+            pack = getattr(self._local, "pack", None)
+            if pack is None:
+                pack = self._local.pack = self.new_pack()
+        assert pack is not None
         try:
-            return os.stat(self.path(digest)).st_size == nbytes
-        except FileNotFoundError:
-            return False
-
-    def store_chunk(self, view: memoryview, stats: WriteStats) -> str:
-        """Hash ``view`` and, unless a blob of that hash exists, write it to a temporary file.
-
-        The file is synced and named by :meth:`publish`, for all of a save's chunks at
-        once: an fsync per 1 MiB chunk forced a journal commit each and cost up to 40% of
-        the save's speed (measured on ext4 by benchmarks/bench_peers.py). Until then the
-        blob is not visible under its hash, so a crash never leaves a named blob that is
-        incomplete. ``fadvise(DONTNEED)`` starts the writeback at once.
-        """
-        digest = digest_of(view)
-        if self.has(digest, len(view)):
-            # Refresh the mtime so garbage collection spares a blob this save reuses.
-            os.utime(self.path(digest))
-            stats.add(len(view), written=False)
-            return digest
-        if not stats.claim(digest):  # the same bytes twice in this save: written once
-            stats.add(len(view), written=False)
-            return digest
-        tmp = self.directory / f"{temp_prefix()}{secrets.token_hex(6)}"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            try:
-                done = 0
-                while done < len(view):
-                    done += os.write(fd, view[done:])
-                _drop_cache(fd)
-            finally:
-                os.close(fd)
+            offset = pack.append([v for _, _, v in fresh], [d for _, d, _ in fresh])
         except BaseException:
-            tmp.unlink(missing_ok=True)
-            stats.unstage(digest)
+            with self._lock:
+                self._claimed.difference_update(h for h, _, _ in fresh)
             raise
-        stats.stage(digest, tmp, len(view))
-        return digest
+        with self._lock:
+            for digest, _, view in fresh:
+                self.new[digest] = (pack, offset)
+                offset += len(view)
+        if own and pack.size >= PACK_BYTES:
+            self._local.pack = None
+            self.publish(pack)
 
-    def publish(self, stats: WriteStats, io: ParallelIO | None = None, digests: list[str] | None = None) -> None:
-        """fsync the blobs :meth:`store_chunk` wrote and name them (all, or ``digests``).
+    def new_pack(self) -> Pack:
+        pack = Pack(self.blobs.directory)
+        with self._lock:
+            self.packs.append(pack)
+        return pack
 
-        Call it once those chunks are written and before a manifest refers to them; on
-        ``io``'s threads if given (a save publishes everything at once that way).
-        """
-        for digest in list(stats.pending) if digests is None else digests:
-            tmp, nbytes = stats.pending.get(digest, (Path(), 0))
-            if tmp.name:
+    def publish(self, pack: Pack) -> None:
+        if pack.name is not None:
+            return
+        if not pack.size:  # every chunk was stored already: no blob needed
+            pack.discard()
+            pack.name = ""
+        elif pack.publish(self.blobs.directory):
+            assert pack.name is not None
+            with self._lock:
+                self.created[pack.name] = os.stat(self.blobs.path(pack.name)).st_mtime_ns
+
+    def finish(self, io: ParallelIO | None = None) -> None:
+        """Publish every pack not published yet (on ``io``'s threads if given). Call it
+        once all chunks are written and before a manifest refers to them."""
+        for pack in list(self.packs):
+            if pack.name is None:
                 if io is None:
-                    self._publish_one(digest, tmp, nbytes, stats)
+                    self.publish(pack)
                 else:
-                    io.submit(self._publish_one, digest, tmp, nbytes, stats)
+                    io.submit(self.publish, pack)
         if io is not None:
             io.wait()
 
-    def _publish_one(self, digest: str, tmp: Path, nbytes: int, stats: WriteStats) -> None:
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            _drop_cache(fd)  # now clean, the pages can go
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path(digest))
-        stats.unstage(digest)
-        stats.add(nbytes, written=True, path=self.path(digest))
+    def forget(self, pack: Pack) -> None:
+        """Drop ``pack`` and the chunks in it (a pickling pass that was abandoned)."""
+        pack.discard()
+        with self._lock:
+            if pack not in self.packs:
+                return
+            gone = [digest for digest, (p, _) in self.new.items() if p is pack]
+            for digest in gone:
+                del self.new[digest]
+                self._claimed.discard(digest)
+            self.packs.remove(pack)
+            self.bytes_written -= pack.size
 
-    def remove_created(self, stats: WriteStats) -> None:
-        """Delete the blobs a failed save wrote, unless another save has reused them since."""
-        for tmp, _ in stats.pending.values():
-            if tmp.name:
-                tmp.unlink(missing_ok=True)
-        for digest, mtime in stats.created.items():
-            path = self.path(digest)
+    def locate(self, digest: str) -> tuple[str, int]:
+        """(blob, offset) of a chunk this save stored or found stored."""
+        hit = self.new.get(digest)
+        if hit is None:
+            return self.known[digest]
+        pack, offset = hit
+        if pack.name is None:
+            raise RuntimeError("a chunk's pack is not published yet")
+        return pack.name, offset
+
+    def record(self, nbytes: int, hashes: list[str]) -> BufferRecord:
+        return BufferRecord.build(nbytes, self.blobs.chunk_bytes, hashes, self.locate)
+
+    def remove_created(self) -> None:
+        """Delete what a failed save wrote, unless another save has reused it since."""
+        for pack in self.packs:
+            if pack.name is None:
+                pack.discard()
+        for name, mtime in self.created.items():
+            path = self.blobs.path(name)
             try:
                 if os.stat(path).st_mtime_ns == mtime:
                     path.unlink()
             except FileNotFoundError:
                 pass
 
-    def read_chunk(self, digest: str, dest: memoryview, what: str) -> None:
-        """Read blob ``digest`` into ``dest`` and check its hash; ``what`` names it in errors."""
-        path = self.path(digest)
+
+class PickleStream(io.RawIOBase):
+    """The namespace pickle as the pickler writes it: chunked and stored like a buffer,
+    into a pack of its own (so an abandoned pass can be dropped whole).
+
+    A write error is kept in ``error``, so a caller can tell a full disk from an object
+    that could not be pickled.
+    """
+
+    def __init__(self, writer: BlobWriter, buffer_bytes: int = 1 << 20) -> None:
+        self.writer = writer
+        self.pack = writer.new_pack()
+        self.count = 0
+        self.hashes: list[str] = []
+        self.error: OSError | None = None
+        self._buffer = bytearray(buffer_bytes)  # a whole number of chunks, never resized
+        self._fill = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        done = 0
+        while done < len(view):
+            n = min(len(view) - done, len(self._buffer) - self._fill)
+            self._buffer[self._fill:self._fill + n] = view[done:done + n]
+            self._fill += n
+            done += n
+            if self._fill == len(self._buffer):
+                self._store()
+        self.count += len(view)
+        return len(view)
+
+    def _store(self) -> None:
         try:
-            with open(path, "rb", buffering=0) as f:
-                if os.fstat(f.fileno()).st_size != len(dest):
-                    raise IntegrityError(f"blob {path} of {what} has the wrong size")
-                done = 0
-                while done < len(dest):
-                    n = f.readinto(dest[done:])
-                    if not n:
-                        raise IntegrityError(f"blob {path} of {what} is truncated")
-                    done += n
+            self.hashes += self.writer.store(memoryview(self._buffer)[:self._fill], self.pack)
+        except OSError as e:
+            self.error = e
+            raise
+        self._fill = 0
+
+    def finish(self) -> list[str]:
+        """Store what is buffered and publish the pack; returns the pickle's chunk hashes."""
+        if self._fill:
+            self._store()
+        self.writer.publish(self.pack)
+        return self.hashes
+
+    def discard(self) -> None:
+        if self.pack.name is None:
+            self.writer.forget(self.pack)
+
+
+# -- the folder ----------------------------------------------------------------------------
+
+class BlobStore:
+    """The ``blobs/`` folder of one owner's store."""
+
+    def __init__(self, directory: Path, *, chunk_bytes: int = CHUNK_BYTES, workers: int = DEFAULT_WORKERS) -> None:
+        if SEGMENT_BYTES % chunk_bytes:
+            raise ValueError(f"the chunk size must divide {SEGMENT_BYTES}")
+        self.directory = directory
+        self.chunk_bytes = chunk_bytes
+        self.workers = workers
+
+    def path(self, blob: str) -> Path:
+        if not is_digest(blob):
+            raise IntegrityError(f"{blob!r} is not a blob hash")
+        return self.directory / blob
+
+    def read_piece(self, piece: Piece, dest: memoryview, what: str) -> None:
+        """Read ``piece`` into ``dest`` and check each chunk's hash; ``what`` names it in errors."""
+        path = self.path(piece.blob)
+        try:
+            fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             raise IntegrityError(f"blob {path} of {what} is missing") from None
-        if digest_of(dest) != digest:
-            raise IntegrityError(f"blob {path} of {what} is corrupt: its content does not match its hash")
+        try:
+            if os.fstat(fd).st_size < piece.offset + len(dest):
+                raise IntegrityError(f"blob {path} of {what} is truncated")
+            _read(fd, path, dest, piece.offset, what)
+        finally:
+            os.close(fd)
+        start = 0
+        for digest, length in piece.chunks:
+            if digest_of(dest[start:start + length]) != digest:
+                raise IntegrityError(f"blob {path} of {what} is corrupt: its content does not match its hash")
+            start += length
+
+
+def _read(fd: int, path: Path, dest: memoryview, offset: int, what: str) -> None:
+    """Fill ``dest`` from ``offset``: aligned, the bulk with ``O_DIRECT`` (the disk writes
+    straight into ``dest``; 1.16 against 0.82 GB/s buffered, 500 MB in 2 MiB pieces, 4
+    threads, hashes checked), the rest through the page cache."""
+    done = 0
+    bulk = len(dest) // ALIGN * ALIGN
+    if bulk and offset % ALIGN == 0 and _address(dest) % ALIGN == 0:
+        try:
+            direct = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        except OSError:  # a file system without O_DIRECT (tmpfs)
+            direct = -1
+        if direct >= 0:
+            try:
+                while done < bulk:
+                    n = os.preadv(direct, [dest[done:bulk]], offset + done)
+                    if not n:
+                        break
+                    done += n
+            except OSError as e:
+                if e.errno != errno.EINVAL:  # EINVAL: alignment refused; read it buffered
+                    raise
+            finally:
+                os.close(direct)
+    while done < len(dest):
+        n = os.preadv(fd, [dest[done:]], offset + done)
+        if not n:
+            raise IntegrityError(f"blob {path} of {what} is truncated")
+        done += n
+
+
+def _address(view: memoryview) -> int:
+    """Address of ``view``'s first byte (views here are writable: read targets)."""
+    return ctypes.addressof(ctypes.c_char.from_buffer(view)) if len(view) else 0
 
 
 class ParallelIO:
@@ -283,57 +536,3 @@ class ParallelIO:
         for future in self._futures:
             future.cancel()
         self._pool.shutdown(wait=True)
-
-
-class BlobStream(io.RawIOBase):
-    """A blob written as a stream (the pickle), hashed on the way, named when committed.
-
-    A write error is kept in ``error``, so a caller can tell a full disk from an object
-    that could not be pickled.
-    """
-
-    def __init__(self, blobs: BlobStore) -> None:
-        self.blobs = blobs
-        self.count = 0
-        self.error: OSError | None = None
-        self._hasher = blake3.blake3()
-        self._tmp = blobs.directory / f"{temp_prefix()}{secrets.token_hex(6)}"
-        self._fd = os.open(self._tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self._hasher.update(view)
-        try:
-            done = 0
-            while done < len(view):
-                done += os.write(self._fd, view[done:])
-        except OSError as e:
-            self.error = e
-            raise
-        self.count += len(view)
-        return len(view)
-
-    def commit(self, stats: WriteStats) -> str:
-        """fsync and publish; returns the hash (an identical blob already stored is kept)."""
-        digest = self._hasher.hexdigest()
-        os.fsync(self._fd)
-        _drop_cache(self._fd)
-        os.close(self._fd)
-        self._fd = -1
-        if self.blobs.has(digest, self.count):
-            os.utime(self.blobs.path(digest))
-            self._tmp.unlink()
-            stats.add(self.count, written=False)
-        else:
-            os.replace(self._tmp, self.blobs.path(digest))
-            stats.add(self.count, written=True, path=self.blobs.path(digest))
-        return digest
-
-    def discard(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self._tmp.unlink(missing_ok=True)

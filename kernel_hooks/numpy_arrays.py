@@ -18,7 +18,7 @@ import numpy as np
 
 from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot
 from .blobs import BufferRecord
-from .buffers import BufferSource
+from .buffers import BufferSource, host_memory
 
 
 def _owner(arr: np.ndarray) -> np.ndarray:
@@ -113,6 +113,6 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
 
 
 def load(record: BufferRecord, source: BufferSource, what: str) -> np.ndarray:
-    buffer = np.empty(record.nbytes, np.uint8)
+    buffer = np.frombuffer(host_memory(record.nbytes), np.uint8)
     source.load_host(record, buffer.data, what)
     return buffer

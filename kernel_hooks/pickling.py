@@ -173,6 +173,6 @@ def probe(namespace: dict[str, Any], names: Iterable[str], reason: Callable[[Bas
     return failures
 
 
-def load(data: bytes | bytearray, buffers: list[Any]) -> Any:
+def load(data: bytes | bytearray | memoryview, buffers: list[Any]) -> Any:
     """Unpickle a namespace pickle, given its out-of-band buffers in order."""
     return pickle.loads(data, buffers=buffers)

@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from . import devices, environment, kernel_state, pickling, rng
-from .blobs import BufferRecord, ParallelIO, is_digest
-from .buffers import BufferSource, Staging
-from .errors import IntegrityError, RestoreError
+from .blobs import DEVICE_CHUNK_BYTES, BufferRecord, ParallelIO
+from .buffers import BufferSource, Staging, host_memory
+from .errors import RestoreError
 from .report import RestoreReport, SkippedVariable
 from .session import KernelSession, current
 from .store import CheckpointStore
@@ -25,25 +25,22 @@ from .store import CheckpointStore
 ProgressCallback = Callable[[int, int], None]
 
 
-def _read_pickle(store: CheckpointStore, manifest: dict[str, Any]) -> bytearray:
-    digest, nbytes = manifest["pickle"]["hash"], manifest["pickle"]["nbytes"]
-    if not is_digest(digest):
-        raise IntegrityError("the manifest names no valid pickle blob")
-    data = bytearray(nbytes)
-    store.blobs.read_chunk(digest, memoryview(data), "the namespace pickle")
+def _read_pickle(store: CheckpointStore, manifest: dict[str, Any], io: ParallelIO) -> memoryview:
+    record = BufferRecord.from_json(manifest["pickle"])
+    data = memoryview(host_memory(record.nbytes))
+    BufferSource(store.blobs, io).load_host(record, data, "the namespace pickle")
     return data
 
 
 def _load_buffers(store: CheckpointStore, manifest: dict[str, Any], io: ParallelIO) -> list[Any]:
     source = BufferSource(store.blobs, io)
-    staging: dict[tuple[str, int], Staging] = {}
+    staging: dict[str, Staging] = {}
 
     def staging_for(kind: str) -> Callable[[str, int], Staging]:
         def get(device: str, chunk: int) -> Staging:
-            if (kind, chunk) not in staging:
-                module = _module(kind)
-                staging[(kind, chunk)] = module.pinned_staging(chunk)
-            return staging[(kind, chunk)]
+            if kind not in staging:
+                staging[kind] = _module(kind).pinned_staging(DEVICE_CHUNK_BYTES)
+            return staging[kind]
         return get
 
     loaded = []
@@ -111,7 +108,7 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
 
     io = ParallelIO(store.blobs.workers, on_bytes)
     try:
-        data = _read_pickle(store, manifest)
+        data = _read_pickle(store, manifest, io)
         buffers = _load_buffers(store, manifest, io)
         payload = pickling.load(data, buffers)
     except RestoreError:

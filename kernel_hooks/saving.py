@@ -16,7 +16,7 @@ from typing import Any
 
 from . import devices, environment, kernel_state, rng
 from .arrays import OutOfBand
-from .blobs import BlobStream, BufferRecord, ParallelIO, WriteStats
+from .blobs import BlobWriter, BufferRecord, ParallelIO, PickleStream
 from .buffers import BufferSink
 from .errors import SaveError
 from .history import cells_assigning
@@ -46,7 +46,7 @@ class _Pass:
     def __init__(self, store: CheckpointStore, sink: BufferSink, namespace: dict[str, Any],
                  variables: dict[str, Any], rng_states: dict[str, Any]) -> None:
         self.out = OutOfBand(sink)
-        self.stream = BlobStream(store.blobs)
+        self.stream = PickleStream(sink.writer)
         self.starts: list[tuple[str | None, int]] = []
         self.pickler = NamespacePickler(
             self.stream, self.out, namespace,
@@ -71,11 +71,11 @@ class _Pass:
 
 def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[str, Any],
                      variables: dict[str, Any], rng_states: dict[str, Any], total: list[int | None]
-                     ) -> tuple[_Pass, dict[str, str], list[BufferRecord], str]:
+                     ) -> tuple[_Pass, dict[str, str], list[BufferRecord], BufferRecord]:
     """Pickle ``variables``, leaving out those that cannot be pickled, and wait for the I/O.
 
     Returns the pass that succeeded, the failures (name: reason), the buffer records and
-    the pickle blob's hash; ``total[0]`` is set to the buffer bytes once they are known.
+    the pickle's record; ``total[0]`` is set to the buffer bytes once they are known.
     """
     failures: dict[str, str] = {}
     passes: list[_Pass] = []
@@ -96,10 +96,11 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
                     raise SaveError(f"checkpoint failed while pickling: {_reason(e)}") from e
                 failures.update(found)
         total[0] = sum(spec.nbytes for spec in current.out.specs)
+        pickle_hashes = current.stream.finish()
         sink.io.wait()
-        store.blobs.publish(sink.stats, sink.io)
+        sink.writer.finish(sink.io)
         records = [p.record() for p in current.out.pending]
-        pickle_hash = current.stream.commit(sink.stats)
+        pickle_record = sink.writer.record(current.stream.count, pickle_hashes)
     except OSError as e:
         raise SaveError(f"checkpoint failed writing to {store.base}: {e.strerror or e}") from e
     finally:
@@ -107,7 +108,7 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
             p.stream.discard()
             p.pickler.clear_memo()
             p.out.release()
-    return current, failures, records, pickle_hash
+    return current, failures, records, pickle_record
 
 
 def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
@@ -143,7 +144,7 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
     variables = user_variables(namespace, shell.user_ns_hidden)
     state = kernel_state.capture(shell, session.baseline)
     rng_states = rng.capture()
-    stats = WriteStats()
+    writer = BlobWriter(store.blobs, store.chunk_locations())
     done = [0]
     total: list[int | None] = [None]
 
@@ -154,8 +155,8 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
 
     io = ParallelIO(store.blobs.workers, on_bytes)
     try:
-        done_pass, failures, records, pickle_hash = _write_namespace(
-            store, BufferSink(store.blobs, io, stats), namespace, variables, rng_states, total)
+        done_pass, failures, records, pickle_record = _write_namespace(
+            store, BufferSink(writer, io), namespace, variables, rng_states, total)
         cells = cells_assigning(state.history, failures)
         skipped = [SkippedVariable(n, _type_name(variables[n]), failures[n], cells[n]) for n in failures]
         checkpoint_id = store.new_id()
@@ -183,12 +184,12 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
                 for name, value in variables.items() if name not in failures
             ] + [{"name": s.name, "type": s.type, "status": "skipped", "reason": s.reason,
                   "cells": s.cells} for s in skipped],
-            "pickle": {"hash": pickle_hash, "nbytes": pickle_bytes},
+            "pickle": pickle_record.to_json(),
             "buffers": [
                 {"kind": spec.kind, "device": spec.device, "var": spec.var, **record.to_json()}
                 for spec, record in zip(out.specs, records, strict=True)
             ],
-            "stats": {"bytes_total": bytes_total, "bytes_written": stats.bytes_written,
+            "stats": {"bytes_total": bytes_total, "bytes_written": writer.bytes_written,
                       "seconds": round(time.perf_counter() - started, 3)},
         }
         store.commit(manifest)
@@ -196,13 +197,13 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
         # Nothing was published: take back the blobs this save wrote (a full disk needs
         # them), once the I/O threads have stopped writing.
         io.close()
-        store.blobs.remove_created(stats)
+        writer.remove_created()
         raise
     finally:
         io.close()
     parent, session.last_checkpoint = session.last_checkpoint, checkpoint_id
     return SaveResult(
         id=checkpoint_id, parent=parent, variables=len(variables) - len(failures),
-        skipped=skipped, bytes_total=bytes_total, bytes_written=stats.bytes_written,
+        skipped=skipped, bytes_total=bytes_total, bytes_written=writer.bytes_written,
         seconds=time.perf_counter() - started, last_cell=len(state.history) - 1,
     )

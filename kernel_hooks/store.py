@@ -28,11 +28,12 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 
-from .blobs import BlobStore, is_digest, temp_prefix
+from .blobs import BlobStore, BufferRecord, is_digest, temp_prefix
 from .errors import IntegrityError, RestoreError, SaveError
 from .signing import SigningKey
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""2: chunks packed into blobs, located by extents (1: a blob per chunk)."""
 MANIFEST = "manifest.json"
 _ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")
 _OWNER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}")
@@ -218,6 +219,35 @@ class CheckpointStore:
             except RestoreError as e:
                 yield checkpoint_id, None, str(e)
 
+    def chunk_locations(self) -> dict[str, tuple[str, int]]:
+        """Where the chunks of this owner's checkpoints lie: ``{hash: (blob, offset)}``.
+
+        Only blobs that still exist count, and their mtimes are refreshed, so garbage
+        collection spares them while a save that reuses them is under way. Manifests never
+        change once published, so each is read once per process.
+        """
+        found: dict[str, tuple[str, int]] = {}
+        paths = {self.manifest_path(checkpoint_id) for checkpoint_id in self.ids()}
+        for gone in [p for p in _LOCATIONS if p.parent.parent == self.checkpoints and p not in paths]:
+            del _LOCATIONS[gone]
+        for path in sorted(paths):
+            if path not in _LOCATIONS:
+                try:
+                    records = records_of(self.read_manifest(path.parent.name))
+                except RestoreError:
+                    continue  # unreadable or another format: its chunks are not reused
+                _LOCATIONS[path] = {digest: (blob, offset) for record in records
+                                    for digest, blob, offset, _ in record.locations()}
+            found.update(_LOCATIONS[path])
+        alive: dict[str, bool] = {}
+        for blob in {blob for blob, _ in found.values()}:
+            try:
+                os.utime(self.blobs.path(blob))
+                alive[blob] = True
+            except FileNotFoundError:
+                alive[blob] = False
+        return {digest: where for digest, where in found.items() if alive[where[0]]}
+
     # -- removing ------------------------------------------------------------------------
 
     def delete(self, checkpoint_id: str) -> None:
@@ -256,8 +286,14 @@ class CheckpointStore:
         return removed
 
 
+_LOCATIONS: dict[Path, dict[str, tuple[str, int]]] = {}
+"""Chunk locations of each manifest read by :meth:`CheckpointStore.chunk_locations`."""
+
+
+def records_of(manifest: dict[str, Any]) -> list[BufferRecord]:
+    """The pickle's and every buffer's record."""
+    return [BufferRecord.from_json(manifest["pickle"])] + [BufferRecord.from_json(b) for b in manifest["buffers"]]
+
+
 def referenced_blobs(manifest: dict[str, Any]) -> set[str]:
-    hashes = {manifest["pickle"]["hash"]}
-    for buffer in manifest["buffers"]:
-        hashes.update(buffer["hashes"])
-    return hashes
+    return {blob for record in records_of(manifest) for blob in record.blobs}

@@ -16,7 +16,7 @@ import torch
 
 from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot, staged_slot
 from .blobs import DEVICE_CHUNK_BYTES, BufferRecord
-from .buffers import BufferSource, Staging, StagingSlot
+from .buffers import BufferSource, Staging, StagingSlot, host_memory
 
 STAGING_SLOTS = 8
 
@@ -103,8 +103,9 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
 def load(record: BufferRecord, device: str, source: BufferSource, what: str,
          staging: Callable[[str, int], Staging]) -> torch.UntypedStorage:
     if device == "cpu":
-        flat = torch.empty(record.nbytes, dtype=torch.uint8)
-        source.load_host(record, flat.numpy().data, what)
+        memory = host_memory(record.nbytes)
+        flat = torch.frombuffer(memory, dtype=torch.uint8) if record.nbytes else torch.empty(0, dtype=torch.uint8)
+        source.load_host(record, memoryview(memory), what)
         return flat.untyped_storage()
     flat = torch.empty(record.nbytes, dtype=torch.uint8, device=device)
 

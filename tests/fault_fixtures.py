@@ -58,9 +58,9 @@ def flip_byte(path: Path, offset: int) -> None:
 
 
 def buffer_blob(store: Path, manifest: dict[str, Any], var: str) -> Path:
-    """The first blob of variable ``var``'s out-of-band buffer."""
+    """The blob holding the first chunk of variable ``var``'s out-of-band buffer."""
     entry = next(b for b in manifest["buffers"] if b["var"] == var)
-    return blob_path(store, entry["hashes"][0])
+    return blob_path(store, entry["blobs"][entry["extents"][0][0]])
 
 
 def checkpoint_entries(store: Path) -> list[str]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernel_hooks.blobs import BlobStore, ParallelIO, WriteStats
+from kernel_hooks.blobs import BlobStore, BlobWriter, ParallelIO
 from kernel_hooks.buffers import BufferSink, BufferSource, Staging, StagingSlot
 from kernel_hooks.devices import check
 from kernel_hooks.errors import IncompatibleError
@@ -68,17 +68,22 @@ def test_staged_path_round_trips_through_a_small_ring(tmp_path: Path):
         copies.append(length)
         slot.native[:length].copy_(device[offset:offset + length])
 
-    stats = WriteStats()
+    writer = BlobWriter(blobs)
     io = ParallelIO(4)
     try:
-        staged = BufferSink(blobs, io, stats).add_device("key", device, device.numel(), copy_out, staging)
+        staged = BufferSink(writer, io).add_device("key", device, device.numel(), copy_out, staging)
         io.wait()
+        writer.finish(io)
         record = staged.record()
-        host = BufferSink(blobs, io, WriteStats()).add_host("host", device, memoryview(device.numpy()))
+        second = BlobWriter(blobs)
+        host = BufferSink(second, io).add_host("host", device, memoryview(device.numpy()))
         io.wait()
-        assert host.record() == record  # the staged chunks hash like the same bytes from memory
+        second.finish(io)
+        # the staged chunks hash like the same bytes from memory
+        assert host.record().hashes == record.hashes and len(record.hashes) == 21
         assert sum(copies) == device.numel() and max(copies) == 1 << 20
-        assert stats.blobs_written == len(record.hashes) == 21
+        assert writer.bytes_written == device.numel() == second.bytes_written
+        assert sum(n for _, _, n in record.extents) == 21 and len(record.blobs) <= 4  # packed, one per thread
 
         restored = torch.zeros_like(device)
 

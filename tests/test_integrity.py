@@ -164,7 +164,7 @@ def test_corrupt_blob_is_refused_and_nothing_changes(kernels, part):
         blob = buffer_blob(kernels.store, manifest, "big")
         assert blob.stat().st_size == 300_000 * 8, "the array should be stored out of band"
     else:
-        blob = blob_path(kernels.store, manifest["pickle"]["hash"])
+        blob = blob_path(kernels.store, manifest["pickle"]["blobs"][0])
     flip_byte(blob, blob.stat().st_size // 2)
     files = store_files(kernels)
 

@@ -58,8 +58,8 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
     return {cupy.ndarray: reduce_cupy}
 
 
-def load(record: BufferRecord, device: str, source: BufferSource, what: str,
-         staging: Callable[[str, int], Staging]) -> cupy.ndarray:
+def load_device(record: BufferRecord, device: str, source: BufferSource, what: str,
+                staging: Staging) -> cupy.ndarray:
     index = int(device.split(":")[1])
     with cupy.cuda.Device(index):
         flat = cupy.empty(record.nbytes, dtype=cupy.uint8)
@@ -69,5 +69,5 @@ def load(record: BufferRecord, device: str, source: BufferSource, what: str,
             _runtime.memcpy(flat.data.ptr + offset, slot.native.ctypes.data, length,
                             _runtime.memcpyHostToDevice)
 
-    source.load_device(record, copy_in, staging(device, record.chunk), what)
+    source.load_device(record, copy_in, staging, what)
     return flat

@@ -17,8 +17,6 @@ from typing import Any, Literal
 import numpy as np
 
 from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot
-from .blobs import BufferRecord
-from .buffers import BufferSource, host_memory
 
 
 def _owner(arr: np.ndarray) -> np.ndarray:
@@ -112,7 +110,6 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
     return {np.ndarray: reduce_ndarray, np.memmap: reduce_ndarray}
 
 
-def load(record: BufferRecord, source: BufferSource, what: str) -> np.ndarray:
-    buffer = np.frombuffer(host_memory(record.nbytes), np.uint8)
-    source.load_host(record, buffer.data, what)
-    return buffer
+def from_host(memory: Any) -> np.ndarray:
+    """A restored buffer (read into ``memory``) as the uint8 array views are rebuilt on."""
+    return np.frombuffer(memory, np.uint8)

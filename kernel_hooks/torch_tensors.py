@@ -16,7 +16,7 @@ import torch
 
 from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot, staged_slot
 from .blobs import DEVICE_CHUNK_BYTES, BufferRecord
-from .buffers import BufferSource, Staging, StagingSlot, host_memory
+from .buffers import BufferSource, Staging, StagingSlot
 
 STAGING_SLOTS = 8
 
@@ -100,19 +100,25 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
             _SmallStorage: reduce_small}
 
 
-def load(record: BufferRecord, device: str, source: BufferSource, what: str,
-         staging: Callable[[str, int], Staging]) -> torch.UntypedStorage:
-    if device == "cpu":
-        memory = host_memory(record.nbytes)
-        flat = torch.frombuffer(memory, dtype=torch.uint8) if record.nbytes else torch.empty(0, dtype=torch.uint8)
-        source.load_host(record, memoryview(memory), what)
-        return flat.untyped_storage()
+def from_host(memory: Any) -> torch.UntypedStorage:
+    """A restored buffer (read into ``memory``) as the storage tensors are rebuilt on.
+
+    It shares ``memory`` (page-aligned, huge pages) rather than copying it; like a tensor
+    made by ``torch.frombuffer`` its storage cannot be resized in place.
+    """
+    if not len(memory):
+        return torch.empty(0, dtype=torch.uint8).untyped_storage()
+    return torch.frombuffer(memory, dtype=torch.uint8).untyped_storage()
+
+
+def load_device(record: BufferRecord, device: str, source: BufferSource, what: str,
+                staging: Staging) -> torch.UntypedStorage:
     flat = torch.empty(record.nbytes, dtype=torch.uint8, device=device)
 
     def copy_in(offset: int, length: int, slot: StagingSlot) -> None:
         flat[offset:offset + length].copy_(slot.native[:length])
 
-    source.load_device(record, copy_in, staging(device, record.chunk), what)
+    source.load_device(record, copy_in, staging, what)
     return flat.untyped_storage()
 
 

@@ -137,15 +137,17 @@ class BufferSource:
         self.blobs = blobs
         self.io = io
 
-    def load_host(self, record: BufferRecord, dest: memoryview, what: str) -> None:
-        for piece in record.pieces(SEGMENT_BYTES):
-            self.io.submit(self.blobs.read_piece, piece, dest[piece.start:piece.start + piece.nbytes], what,
-                           nbytes=piece.nbytes)
+    def load_host(self, record: BufferRecord, dest: memoryview, what: str) -> list[Future[None]]:
+        """Queue the reads of ``record`` into ``dest``; returns them."""
+        return [self.io.submit(self.blobs.read_piece, piece, dest[piece.start:piece.start + piece.nbytes], what,
+                               nbytes=piece.nbytes)
+                for piece in record.pieces(SEGMENT_BYTES)]
 
     def load_device(self, record: BufferRecord, copy_in: CopyIn, staging: Staging,
-                    what: str) -> None:
-        for piece in record.pieces(staging.size):
-            self.io.submit(self._load_staged, piece, copy_in, staging, what, nbytes=piece.nbytes)
+                    what: str) -> list[Future[None]]:
+        """Queue the reads of ``record``, each then copied in through ``staging``; returns them."""
+        return [self.io.submit(self._load_staged, piece, copy_in, staging, what, nbytes=piece.nbytes)
+                for piece in record.pieces(staging.size)]
 
     def _load_staged(self, piece: Piece, copy_in: CopyIn, staging: Staging, what: str) -> None:
         slot = staging.take()

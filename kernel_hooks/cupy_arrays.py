@@ -7,6 +7,7 @@ contiguous on the device. Each array comes back on the GPU of the same index.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import cupy
@@ -59,7 +60,8 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
 
 
 def load_device(record: BufferRecord, device: str, source: BufferSource, what: str,
-                staging: Staging) -> cupy.ndarray:
+                staging: Staging) -> tuple[cupy.ndarray, list[Future[None]]]:
+    """An array on ``device`` and the reads that fill it."""
     index = int(device.split(":")[1])
     with cupy.cuda.Device(index):
         flat = cupy.empty(record.nbytes, dtype=cupy.uint8)
@@ -69,5 +71,4 @@ def load_device(record: BufferRecord, device: str, source: BufferSource, what: s
             _runtime.memcpy(flat.data.ptr + offset, slot.native.ctypes.data, length,
                             _runtime.memcpyHostToDevice)
 
-    source.load_device(record, copy_in, staging, what)
-    return flat
+    return flat, source.load_device(record, copy_in, staging, what)

@@ -10,6 +10,7 @@ GPU of the same index among those the restoring kernel can see.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 import torch
@@ -112,14 +113,14 @@ def from_host(memory: Any) -> torch.UntypedStorage:
 
 
 def load_device(record: BufferRecord, device: str, source: BufferSource, what: str,
-                staging: Staging) -> torch.UntypedStorage:
+                staging: Staging) -> tuple[torch.UntypedStorage, list[Future[None]]]:
+    """A storage on ``device`` and the reads that fill it."""
     flat = torch.empty(record.nbytes, dtype=torch.uint8, device=device)
 
     def copy_in(offset: int, length: int, slot: StagingSlot) -> None:
         flat[offset:offset + length].copy_(slot.native[:length])
 
-    source.load_device(record, copy_in, staging, what)
-    return flat.untyped_storage()
+    return flat.untyped_storage(), source.load_device(record, copy_in, staging, what)
 
 
 def free_bytes(index: int) -> int:

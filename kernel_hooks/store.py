@@ -142,7 +142,7 @@ class CheckpointStore:
             staging.mkdir(mode=0o700)
             fd = os.open(staging / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
-                json.dump(manifest, f, indent=1, sort_keys=True)
+                json.dump(manifest, f, separators=(",", ":"), sort_keys=True)  # thousands of hashes
                 f.flush()
                 os.fsync(f.fileno())
             os.rename(staging, final)

@@ -50,6 +50,10 @@ ALIGN = 4096
 WRITEBACK_WINDOW = 32 << 20
 """Bytes behind a pack's end whose cached pages are dropped at each append."""
 DEFAULT_WORKERS = 4
+"""I/O threads of a save: hashing keeps them busy, more than cores gain nothing."""
+READ_WORKERS = 8
+"""I/O threads of a restore: they mostly wait for the disk, and more reads in flight kept it
+busier (a 0.76 GB torch model, 2 cores: 1.08 GB/s with 4 threads, 1.34 with 8)."""
 HASH_NAME = "blake3"
 _HEX = frozenset("0123456789abcdef")
 
@@ -432,12 +436,14 @@ class PickleStream(io.RawIOBase):
 class BlobStore:
     """The ``blobs/`` folder of one owner's store."""
 
-    def __init__(self, directory: Path, *, chunk_bytes: int = CHUNK_BYTES, workers: int = DEFAULT_WORKERS) -> None:
+    def __init__(self, directory: Path, *, chunk_bytes: int = CHUNK_BYTES, workers: int = DEFAULT_WORKERS,
+                 read_workers: int = READ_WORKERS) -> None:
         if SEGMENT_BYTES % chunk_bytes:
             raise ValueError(f"the chunk size must divide {SEGMENT_BYTES}")
         self.directory = directory
         self.chunk_bytes = chunk_bytes
         self.workers = workers
+        self.read_workers = read_workers
 
     def path(self, blob: str) -> Path:
         if not is_digest(blob):

@@ -123,7 +123,7 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
         if progress is not None:
             progress(done[0], total)
 
-    io = ParallelIO(store.blobs.workers, on_bytes)
+    io = ParallelIO(store.blobs.read_workers, on_bytes)
     try:
         data, reads = _read_pickle(store, manifest, io)
         buffers = _load_buffers(store, manifest, io)

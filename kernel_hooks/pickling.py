@@ -15,16 +15,32 @@ Everything is pickled once, so objects shared between variables stay shared.
 
 from __future__ import annotations
 
+import contextlib
+import copyreg
+import gc
 import io
 import pickle
 import sys
 import types
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from copyreg import __newobj__, _slotnames  # type: ignore[attr-defined]
 from typing import Any
 
 import cloudpickle
 
 from .arrays import OutOfBand
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Automatic garbage collection off inside, and back as it was after."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 class Variable:
@@ -88,25 +104,86 @@ def _reduce_notebook_function(func: types.FunctionType) -> Any:
     return _make_function, (func.__code__, func.__name__, cells), state, None, None, _set_function_state
 
 
+_UNSEEN = object()
+_OBJECT = vars(object)
+_DEFAULT_LOOKUPS = ("__reduce_ex__", "__reduce__", "__getstate__", "__getnewargs_ex__", "__getnewargs__",
+                    "__getattribute__", "__getattr__")
+"""Attributes the C pickler and ``object.__reduce_ex__`` look up on a type to reduce its instances."""
+
+
+def _type_attr(kind: type, name: str) -> Any:
+    """``name`` as the type ``kind`` defines or inherits it (not its metaclass), else None."""
+    for base in kind.__mro__:
+        if name in vars(base):
+            return vars(base)[name]
+    return None
+
+
+def _default_newobj_args(obj: Any, protocol: int) -> tuple[type] | None:
+    """``(type(obj),)`` if the C pickler reduces every instance of ``type(obj)`` with a
+    non-empty ``__dict__`` to ``copyreg.__newobj__(type)`` plus that dict as state, as
+    ``object.__reduce_ex__`` does for a plain class (a dataclass, say); else None.
+
+    Which is decided by the type alone once it keeps ``object``'s reduction hooks and has
+    no slots; the one instance reduced here settles what only C can tell (its layout).
+    """
+    kind = type(obj)
+    if (kind in copyreg.dispatch_table or issubclass(kind, (list, dict))
+            or any(_type_attr(kind, name) is not _OBJECT.get(name) for name in _DEFAULT_LOOKUPS)
+            or type(_type_attr(kind, "__dict__")) is not types.GetSetDescriptorType
+            or _slotnames(kind)):
+        return None
+    try:
+        reduced = obj.__reduce_ex__(protocol)
+    except Exception:
+        return None
+    state = obj.__dict__
+    if (type(reduced) is tuple and len(reduced) == 5 and reduced[0] is __newobj__
+            and reduced[1] == (kind,) and reduced[1][0] is kind
+            and (reduced[2] is state or (reduced[2] is None and not state))
+            and reduced[3] is None and reduced[4] is None):
+        return (kind,)
+    return None
+
+
 class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
     """Pickles :class:`Variable` lists for one kernel namespace (see the module doc)."""
 
     def __init__(self, file: io.RawIOBase, out: OutOfBand, namespace: dict[str, Any],
                  on_variable: Callable[[str | None], None] | None = None) -> None:
-        # cloudpickle's table is a ChainMap, which the C pickler must call into Python to
-        # search for every object; a plain dict snapshot is looked up in C (30% faster on
-        # many small objects).
-        self.dispatch_table = dict(cloudpickle.Pickler.dispatch_table)
         super().__init__(file, protocol=5, buffer_callback=out.buffer_callback)
         self._out = out
         self._on_variable = on_variable
         self._namespace = namespace
         self._reducers = out.reducers()
         self._reducers[Variable] = self._reduce_variable
+        self._cloudpickle_table = {
+            kind: reduce for kind, reduce in cloudpickle.Pickler.dispatch_table.items()
+            if copyreg.dispatch_table.get(kind) is not reduce
+        }
+        """cloudpickle's own reducers (modules, code, properties ...), applied where the C
+        pickler would have looked them up in its ``dispatch_table``."""
         self.types_seen: set[type] = set()
         self.modules_seen: set[str] = set()
-        self._plain: set[type] = set()
-        """Types of objects already seen that no override handles (one set lookup each)."""
+        self._instances: dict[type, tuple[type] | None] = {}
+        """Types seen that no override handles: None, or the arguments that reduce their
+        instances as ``object.__reduce_ex__`` does, without its lookups."""
+
+    @property
+    def dispatch_table(self) -> Any:
+        """Absent, so the C pickler reads ``copyreg.dispatch_table`` itself: with a table of
+        its own, every object reduced the default way raised and caught a ``KeyError`` (5%
+        of pickling 200,000 dataclass instances)."""
+        raise AttributeError("dispatch_table")
+
+    def dump(self, obj: Any) -> None:
+        """Pickle ``obj`` with automatic garbage collection paused: pickling makes no
+        garbage to speak of, but a collection it triggered, for what the user's cells left,
+        traversed the whole heap (a first save after building 200,000 dataclass instances
+        and dicts: 1.2 to 1.4 s, 1.0 to 1.1 s without). That collection is left to the
+        kernel's next cells; a suspended kernel never runs it."""
+        with _gc_paused():
+            super().dump(obj)
 
     def _reduce_variable(self, var: Variable) -> Any:
         self._out.current_var = var.name
@@ -116,9 +193,18 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
 
     def reducer_override(self, obj: Any) -> Any:
         # The C pickler calls this for every object that is not a builtin atom or
-        # container (each dataclass instance, say): answer repeat types at once.
+        # container (each dataclass instance, say): answer repeat types at once. Reducing
+        # an instance of a plain class here, as object.__reduce_ex__ would (the pickle is
+        # the same, byte for byte), pickled 200,000 dataclass instances 5 to 10% faster.
         kind = type(obj)
-        if kind in self._plain:
+        args = self._instances.get(kind, _UNSEEN)
+        if args is None:
+            return NotImplemented
+        if args is not _UNSEEN:
+            state = obj.__dict__
+            # The C pickler finds these two on the instance too.
+            if state and "__getstate__" not in state and "__reduce_ex__" not in state:
+                return __newobj__, args, state
             return NotImplemented
         self.types_seen.add(kind)
         reducer = self._reducers.get(kind)
@@ -130,13 +216,15 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
             self.modules_seen.add(obj.__module__ or "")
         elif isinstance(obj, type):
             self.modules_seen.add(obj.__module__)
-        elif kind is types.ModuleType:
-            self.modules_seen.add(obj.__name__)
-            return NotImplemented
         else:
-            self._plain.add(kind)
-            return NotImplemented  # cloudpickle only overrides functions and classes
-        return super().reducer_override(obj)
+            if kind is types.ModuleType:
+                self.modules_seen.add(obj.__name__)
+            reducer = self._cloudpickle_table.get(kind)
+            if reducer is not None:
+                return reducer(obj)
+            self._instances[kind] = _default_newobj_args(obj, self.proto)
+            return self.reducer_override(obj)
+        return super().reducer_override(obj)  # cloudpickle: functions and classes
 
     def module_names(self) -> set[str]:
         """Modules whose objects, classes or functions were pickled."""
@@ -173,6 +261,14 @@ def probe(namespace: dict[str, Any], names: Iterable[str], reason: Callable[[Bas
     return failures
 
 
-def load(data: bytes | bytearray | memoryview, buffers: list[Any]) -> Any:
-    """Unpickle a namespace pickle, given its out-of-band buffers in order."""
-    return pickle.loads(data, buffers=buffers)
+def load(data: bytes | bytearray | memoryview, buffers: Iterable[Any]) -> Any:
+    """Unpickle a namespace pickle, given its out-of-band buffers in order.
+
+    Automatic garbage collection is paused meanwhile: every container the pickle creates
+    counts towards the next collection, and the collections that triggered, over the
+    whole growing heap, took half of unpickling 200,000 dataclass instances and 200,000
+    dicts (1.1 to 1.5 s, 0.6 to 0.9 s without). Those objects are then collected as
+    usual: the kernel's next collections took about 0.2 s longer, once.
+    """
+    with _gc_paused():
+        return pickle.loads(data, buffers=buffers)

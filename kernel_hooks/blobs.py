@@ -24,7 +24,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -184,6 +184,7 @@ class Pack:
         self.tmp = directory / f"{temp_prefix()}{secrets.token_hex(6)}"
         self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         self.size = 0
+        self._lock = threading.Lock()  # the pickle's two buffers may be stored at once
         self._naming = blake3.blake3()
         """Hashes each chunk's hash and offset: the same name means the same bytes."""
         self.name: str | None = None
@@ -192,18 +193,19 @@ class Pack:
     def append(self, views: list[memoryview], digests: list[bytes]) -> int:
         """Write ``views`` after the end, from the next multiple of :data:`ALIGN` (the gap
         reads as zeros); returns the offset of the first."""
-        offset = -(-self.size // ALIGN) * ALIGN
         total = sum(len(v) for v in views)
+        with self._lock:
+            offset = -(-self.size // ALIGN) * ALIGN
+            self.size = offset + total
+            at = offset
+            for view, digest in zip(views, digests, strict=True):
+                self._naming.update(digest + at.to_bytes(8, "little"))
+                at += len(view)
         done = 0
         while done < total:
             done += os.pwritev(self.fd, _after(views, done), offset + done)
-        at = offset
-        for view, digest in zip(views, digests, strict=True):
-            self._naming.update(digest + at.to_bytes(8, "little"))
-            at += len(view)
-        self.size = offset + total
         start = max(0, offset - WRITEBACK_WINDOW)
-        _drop_cache(self.fd, start, self.size - start)
+        _drop_cache(self.fd, start, offset + total - start)
         return offset
 
     def publish(self, directory: Path) -> bool:
@@ -382,18 +384,23 @@ class PickleStream(io.RawIOBase):
     """The namespace pickle as the pickler writes it: chunked and stored like a buffer,
     into a pack of its own (so an abandoned pass can be dropped whole).
 
-    A write error is kept in ``error``, so a caller can tell a full disk from an object
-    that could not be pickled.
+    Two buffers take turns: while the I/O pool hashes and writes one, the pickler fills the
+    other (hashing and writing on the pickling thread cost 25-70 ms of a 1 s save of
+    200,000 small objects). A write error is kept in ``error``, so a caller can tell a full
+    disk from an object that could not be pickled.
     """
 
-    def __init__(self, writer: BlobWriter, buffer_bytes: int = 1 << 20) -> None:
+    def __init__(self, writer: BlobWriter, pool: ParallelIO, buffer_bytes: int = 1 << 20) -> None:
         self.writer = writer
+        self.pool = pool
         self.pack = writer.new_pack()
         self.count = 0
-        self.hashes: list[str] = []
         self.error: OSError | None = None
-        self._buffer = bytearray(buffer_bytes)  # a whole number of chunks, never resized
+        self._buffers = [bytearray(buffer_bytes), bytearray(buffer_bytes)]  # whole chunks, never resized
+        self._busy: list[Future[list[str]] | None] = [None, None]
+        self._current = 0
         self._fill = 0
+        self._stored: list[Future[list[str]]] = []
 
     def writable(self) -> bool:
         return True
@@ -402,32 +409,44 @@ class PickleStream(io.RawIOBase):
         view = memoryview(data).cast("B")
         done = 0
         while done < len(view):
-            n = min(len(view) - done, len(self._buffer) - self._fill)
-            self._buffer[self._fill:self._fill + n] = view[done:done + n]
+            buffer = self._buffers[self._current]
+            n = min(len(view) - done, len(buffer) - self._fill)
+            buffer[self._fill:self._fill + n] = view[done:done + n]
             self._fill += n
             done += n
-            if self._fill == len(self._buffer):
+            if self._fill == len(buffer):
                 self._store()
         self.count += len(view)
         return len(view)
 
     def _store(self) -> None:
+        view = memoryview(self._buffers[self._current])[:self._fill]
+        future = self.pool.submit(self.writer.store, view, self.pack)
+        self._busy[self._current] = future
+        self._stored.append(future)
+        self._current ^= 1
+        self._fill = 0
+        previous = self._busy[self._current]
+        if previous is not None:  # the other buffer is free once its turn is stored
+            self._result(previous)
+
+    def _result(self, future: Future[list[str]]) -> list[str]:
         try:
-            self.hashes += self.writer.store(memoryview(self._buffer)[:self._fill], self.pack)
+            return future.result()
         except OSError as e:
             self.error = e
             raise
-        self._fill = 0
 
     def finish(self) -> list[str]:
-        """Store what is buffered and publish the pack; returns the pickle's chunk hashes."""
+        """Store what is buffered; returns the pickle's chunk hashes. The pack is published
+        with the others, by :meth:`BlobWriter.finish`."""
         if self._fill:
             self._store()
-        self.writer.publish(self.pack)
-        return self.hashes
+        return [digest for future in self._stored for digest in self._result(future)]
 
     def discard(self) -> None:
         if self.pack.name is None:
+            wait(self._stored)  # no store may still be writing to the pack
             self.writer.forget(self.pack)
 
 

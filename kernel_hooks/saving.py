@@ -46,7 +46,7 @@ class _Pass:
     def __init__(self, store: CheckpointStore, sink: BufferSink, namespace: dict[str, Any],
                  variables: dict[str, Any], rng_states: dict[str, Any]) -> None:
         self.out = OutOfBand(sink)
-        self.stream = PickleStream(sink.writer)
+        self.stream = PickleStream(sink.writer, sink.io)
         self.starts: list[tuple[str | None, int]] = []
         self.pickler = NamespacePickler(
             self.stream, self.out, namespace,

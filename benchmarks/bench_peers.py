@@ -83,7 +83,8 @@ FINGERPRINT = "import peer_workloads\nresult = {'fp': peer_workloads.fingerprint
 STATE_BYTES = ("import peer_workloads\n"
                "result = {'bytes': peer_workloads.state_bytes(shell.user_ns, tuple(params['names']))}\n")
 CHANGE = ("import peer_workloads\n"
-          "result = {'changed': peer_workloads.change(params['key'], shell.user_ns, params['seed'])}\n")
+          "result = {'changed': peer_workloads.change(params['key'], shell.user_ns, params['seed'],\n"
+          "                                           params['total'])}\n")
 KISHU_ATTACH = "import peer_systems\npeer_systems.kishu_attach(shell, params['notebook'])\nresult = {}\n"
 KISHU_COLLECT = ("import peer_systems\n"
                  "result = {'commits': peer_systems.kishu_commits(),\n"
@@ -277,7 +278,7 @@ class PeerBench:
         self.record(w, "ours", save, folder_bytes(store), restore, expected, got)
         if save["skipped"]:
             self.notes[w.key]["ours skipped"] = save["skipped"]
-        changed = builder.call(CHANGE, key=w.key, seed=run)["changed"]
+        changed = builder.call(CHANGE, key=w.key, seed=run, total=self.notes[w.key]["state bytes"])["changed"]
         self.notes[w.key]["changed bytes"] = changed
         again, expected = self.saved(w, "ours", builder, store)
         self.record(w, "ours incremental", again, again["bytes_written"], None, expected, expected)

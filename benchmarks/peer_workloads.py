@@ -248,23 +248,24 @@ def _torch_fingerprint(model: Any, optimizer: Any) -> dict[str, Any]:
             "shared": all(a is b for a, b in zip(optimizer.param_groups[0]["params"], weights, strict=True))}
 
 
-def change(key: str, ns: dict[str, Any], seed: int) -> int:
+def change(key: str, ns: dict[str, Any], seed: int, total: int) -> int:
     """Overwrite about :data:`CHANGED_FRACTION` of workload ``key``'s data in place, in
-    contiguous runs (as an update of some rows or layers would); return the bytes changed."""
+    contiguous runs (as an update of some rows or layers would); return the bytes changed.
+
+    ``total`` is the state's size (:func:`state_bytes`): the arrays of (a), (b) and (e)
+    get :data:`CHANGED_FRACTION` of it; (c) and (d) that fraction of their records or rows.
+    """
     import numpy as np
 
     rng = np.random.default_rng(seed)
     if key == "a":
         arrays = [ns[f"a{i:02d}"] for i in range(0, ARRAYS, ARRAYS // 4)]
-        return _overwrite(arrays, sum(ns[f"a{i:02d}"].nbytes for i in range(ARRAYS)), rng)
+        return _overwrite(arrays, total, rng)
     if key == "b":
         weights = [_flat(p) for p in ns["model"].parameters() if p.dim() == 2]
-        total = 3 * sum(p.nbytes for p in ns["model"].parameters())  # weights and both Adam moments
         return _overwrite(weights[::max(1, len(weights) // 4)][:4], total, rng)
     if key == "e":
-        total = (ns["table"].memory_usage().sum() + ns["X"].nbytes + ns["y"].nbytes
-                 + 3 * sum(p.nbytes for p in ns["model"].parameters()))
-        return _overwrite([_flat(ns["X"])], int(total), rng)
+        return _overwrite([_flat(ns["X"])], total, rng)
     if key == "c":
         records = ns["records"]
         count = math.ceil(len(records) * CHANGED_FRACTION)

@@ -37,6 +37,9 @@ CHUNK_BYTES = 256 << 10
 """Hash and deduplication granularity. A contiguous change of L bytes rewrites about L plus
 one chunk: with 256 KiB chunks a 1% change of workload (d) in benchmarks/bench_peers.py (four
 columns of a 1 GB frame) rewrites 1.4% of it, with 2 MiB chunks it rewrote 6.7%."""
+PICKLE_CHUNK_BYTES = 64 << 10
+"""Chunk size of the namespace pickle: changing 1% of 25,000 small objects changes a run of
+the pickle that 256 KiB chunks made 18% of it to rewrite (benchmarks/bench_peers.py, (c))."""
 SEGMENT_BYTES = 8 << 20
 """What one I/O task hashes and writes (or reads and verifies): big enough that the thread
 pool's overhead is small, small enough that four threads share a buffer of a few MB."""
@@ -264,10 +267,10 @@ class BlobWriter:
         self._lock = threading.Lock()
         self._local = threading.local()
 
-    def store(self, view: memoryview, pack: Pack | None = None) -> list[str]:
-        """Hash ``view``'s chunks and append those not stored yet to ``pack`` (by default
-        this thread's); returns the chunk hashes."""
-        chunk = self.blobs.chunk_bytes
+    def store(self, view: memoryview, pack: Pack | None = None, chunk: int = 0) -> list[str]:
+        """Hash ``view``'s chunks (of ``chunk`` bytes, by default the store's) and append
+        those not stored yet to ``pack`` (by default this thread's); returns their hashes."""
+        chunk = chunk or self.blobs.chunk_bytes
         hashes: list[str] = []
         fresh: list[tuple[str, bytes, memoryview]] = []
         for offset in range(0, len(view), chunk):
@@ -363,8 +366,8 @@ class BlobWriter:
             raise RuntimeError("a chunk's pack is not published yet")
         return pack.name, offset
 
-    def record(self, nbytes: int, hashes: list[str]) -> BufferRecord:
-        return BufferRecord.build(nbytes, self.blobs.chunk_bytes, hashes, self.locate)
+    def record(self, nbytes: int, hashes: list[str], chunk: int = 0) -> BufferRecord:
+        return BufferRecord.build(nbytes, chunk or self.blobs.chunk_bytes, hashes, self.locate)
 
     def remove_created(self) -> None:
         """Delete what a failed save wrote, unless another save has reused it since."""
@@ -421,7 +424,7 @@ class PickleStream(io.RawIOBase):
 
     def _store(self) -> None:
         view = memoryview(self._buffers[self._current])[:self._fill]
-        future = self.pool.submit(self.writer.store, view, self.pack)
+        future = self.pool.submit(self.writer.store, view, self.pack, PICKLE_CHUNK_BYTES)
         self._busy[self._current] = future
         self._stored.append(future)
         self._current ^= 1

@@ -16,7 +16,7 @@ from typing import Any
 
 from . import devices, environment, kernel_state, rng
 from .arrays import OutOfBand
-from .blobs import BlobWriter, BufferRecord, ParallelIO, PickleStream
+from .blobs import PICKLE_CHUNK_BYTES, BlobWriter, BufferRecord, ParallelIO, PickleStream
 from .buffers import BufferSink
 from .errors import SaveError
 from .history import cells_assigning
@@ -100,7 +100,7 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
         sink.io.wait()
         sink.writer.finish(sink.io)
         records = [p.record() for p in current.out.pending]
-        pickle_record = sink.writer.record(current.stream.count, pickle_hashes)
+        pickle_record = sink.writer.record(current.stream.count, pickle_hashes, PICKLE_CHUNK_BYTES)
     except OSError as e:
         raise SaveError(f"checkpoint failed writing to {store.base}: {e.strerror or e}") from e
     finally:

@@ -241,3 +241,22 @@ def test_restore_report(pair):
     assert report.startswith("Restored ")
     assert f"from checkpoint {facts['checkpoint']}" in report
     assert "Not restored" not in report
+
+
+def test_rng_of_a_library_no_variable_needs_is_set_when_it_is_imported(kernels):
+    """A kernel that imported torch and numpy but holds none of their objects: the restore
+    imports neither (torch alone takes seconds), and the first import afterwards gets the
+    saved generator states, so the draws go on as in the saving kernel."""
+    saver = kernels.start()
+    saver.ok("import random, numpy, torch\nrandom.seed(1); numpy.random.seed(2); torch.manual_seed(3)\n"
+             "del numpy, torch\nnotes = ['plain']")
+    checkpoint = saver.save()
+    draws = "(random.random(), float(numpy.random.rand()), torch.rand(1).item())"
+    expected = saver.value(f"(lambda random, numpy, torch: {draws})(*map(__import__, ('random', 'numpy', 'torch')))")
+    k = kernels.start()
+    k.ok(f"%gpuckpt restore {checkpoint}")
+    assert k.value("notes") == ["plain"]
+    assert k.value("sorted(m for m in ('numpy', 'torch') if m in __import__('sys').modules)") == []
+    k.ok("import random, numpy, torch")
+    assert k.value(draws) == expected
+    assert k.value("'exec_module' in vars(torch.__spec__.loader)") is False  # the import hook is gone

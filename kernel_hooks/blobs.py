@@ -57,7 +57,6 @@ DEFAULT_WORKERS = 4
 READ_WORKERS = 8
 """I/O threads of a restore: they mostly wait for the disk, and more reads in flight kept it
 busier (a 0.76 GB torch model, 2 cores: 1.08 GB/s with 4 threads, 1.34 with 8)."""
-HASH_NAME = "blake3"
 _HEX = frozenset("0123456789abcdef")
 
 Progress = Callable[[int], None]

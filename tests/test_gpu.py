@@ -33,7 +33,7 @@ def test_cuda_tensors_model_and_optimizer_round_trip(kernels):
     saver = kernels.start()
     saver.ok(CUDA_STATE)
     checkpoint = saver.save()
-    expected = saver.value("(checksum, torch.cuda.rand(2).tolist())")
+    expected = saver.value("(checksum, torch.rand(2, device='cuda').tolist())")
 
     manifest = kernels.manifest(checkpoint)
     assert manifest["devices"]["cuda:0"] >= 256 << 20
@@ -43,7 +43,7 @@ def test_cuda_tensors_model_and_optimizer_round_trip(kernels):
     fresh = kernels.start()
     fresh.ok(f"%gpuckpt restore {checkpoint}")
     assert fresh.value("((round(big.sum().item(), 1), [round(p.sum().item(), 4) for p in model.parameters()]),"
-                       " torch.cuda.rand(2).tolist())") == (expected[0], expected[1])
+                       " torch.rand(2, device='cuda').tolist())") == (expected[0], expected[1])
     assert fresh.value("(str(big.device), str(model[0].weight.device), str(opt.state[model[0].weight]['exp_avg'].device))") == (
         "cuda:0", "cuda:0", "cuda:0")
     assert fresh.value("(half_view.untyped_storage().data_ptr() == big.untyped_storage().data_ptr(), grid.stride())") == (

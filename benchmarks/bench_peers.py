@@ -9,6 +9,9 @@ Run it from the repository with the ``test`` and ``bench`` extras installed
     python benchmarks/bench_peers.py --only a,e --runs 5 --json peers.json
     python benchmarks/bench_peers.py --gpu          # the GPU variant (needs torch.cuda)
 
+On a machine where torch sees a GPU, (b)'s model and optimizer live on CUDA
+(``--b-device`` to choose).
+
 Workloads (``peer_workloads.py``), each built by cells in a real kernel: (a) numpy arrays
 in 20 variables, (b) a torch model with its Adam state, (c) small Python objects, (d)
 a pandas DataFrame with mixed columns, (e) a notebook whose cells take about a minute
@@ -215,6 +218,9 @@ class PeerBench:
         except Exception as e:  # a peer that cannot save or restore this workload
             figures.error = str(e).splitlines()[0][:300] if str(e) else type(e).__name__
             progress(f"({w.key}) {system} failed: {figures.error}")
+        else:
+            progress(f"({w.key}) {system}: save {figures.save[-1]:.2f} s"
+                     + (f", restore {figures.restore[-1]:.2f} s" if figures.restore else ""))
         self.notes[w.key].setdefault("bench seconds", {}).setdefault(system, []).append(
             round(time.perf_counter() - started, 1))
 
@@ -380,6 +386,14 @@ class PeerBench:
 
 # -- command line --------------------------------------------------------------------------
 
+def torch_device() -> str:
+    """``cuda`` where the kernels' torch sees a GPU, else ``cpu`` (asked in a child process:
+    this one does not import torch)."""
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.is_available())"],
+                           capture_output=True, text=True)
+    return "cuda" if probe.stdout.strip() == "True" else "cpu"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     size = parser.add_mutually_exclusive_group()
@@ -398,8 +412,12 @@ def main() -> None:
                         help="Kishu's virtual environment, made on first use")
     parser.add_argument("--json", type=Path, help="also write the results here as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the bench folder and its stores")
+    parser.add_argument("--b-device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="torch device of (b)'s model; auto: cuda where torch sees a GPU (default: auto)")
     parser.add_argument("--gpu", action="store_true", help="run the GPU variant instead (needs torch.cuda)")
     parser.add_argument("--gpu-gb", type=float, default=40.0, help="GB of CUDA tensors for --gpu (default: 40)")
+    parser.add_argument("--gpu-budget", type=float, default=240.0,
+                        help="seconds --gpu may take; the size is cut to fit (default: 240)")
     args = parser.parse_args()
     if args.gpu:
         import peer_gpu
@@ -443,7 +461,7 @@ def main() -> None:
         progress(f"touched {warmed / 2**30:.0f} GiB of memory once ({time.perf_counter() - started:.0f} s)")
     try:
         overhead = bench.cell_overhead(cells) if cells else {}
-        workloads = build(scale)
+        workloads = build(scale, device=args.b_device if args.b_device != "auto" else torch_device())
         done = [bench.workload(workloads[key]) for key in keys]
         with bench.kernels.start("numpy", "pandas", "torch", "dill", hooks=False) as kernel:
             versions.update(kernel.call(peer_report.VERSIONS))

@@ -47,9 +47,9 @@ del _i
 
 BUILD_B = """\
 torch.manual_seed(0)
-model = torch.nn.Sequential(*(torch.nn.Linear({width}, {width}) for _ in range({layers})))
+model = torch.nn.Sequential(*(torch.nn.Linear({width}, {width}) for _ in range({layers}))).to("{device}")
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-model(torch.randn(8, {width})).square().mean().backward()
+model(torch.randn(8, {width}, device="{device}")).square().mean().backward()
 optimizer.step()
 optimizer.zero_grad()
 """
@@ -122,8 +122,9 @@ curve = pd.DataFrame({{"step": range(len(history)), "loss": history}})
 """)
 
 
-def build(scale: float, notebook_steps: int = 0) -> dict[str, Workload]:
-    """The five workloads at ``scale`` (``notebook_steps`` from :data:`CALIBRATE`)."""
+def build(scale: float, notebook_steps: int = 0, device: str = "cpu") -> dict[str, Workload]:
+    """The five workloads at ``scale`` (``notebook_steps`` from :data:`CALIBRATE`), (b)'s
+    model and optimizer on torch ``device``."""
     length = max(1, int(2e9 * scale / 8 / ARRAYS))
     layers = max(1, round(250e6 * scale / (LAYER_WIDTH * (LAYER_WIDTH + 1))))
     objects = max(100, int(100_000 * scale))
@@ -134,8 +135,10 @@ def build(scale: float, notebook_steps: int = 0) -> dict[str, Workload]:
         Workload("a", f"numpy: {ARRAYS} float64 arrays of {length * 8 / 1e6:.0f} MB", "import numpy as np",
                  (BUILD_A.format(arrays=ARRAYS, length=length),), tuple(f"a{i:02d}" for i in range(ARRAYS)),
                  ("numpy",)),
-        Workload("b", f"torch: {params / 1e6:.0f}M parameters with Adam state", "import torch",
-                 (BUILD_B.format(width=LAYER_WIDTH, layers=layers),), ("model", "optimizer"), ("torch",)),
+        Workload("b", f"torch: {params / 1e6:.0f}M parameters with Adam state"
+                 + (f" on {device}" if device != "cpu" else ""), "import torch",
+                 (BUILD_B.format(width=LAYER_WIDTH, layers=layers, device=device),), ("model", "optimizer"),
+                 ("torch",)),
         Workload("c", f"objects: {objects:,} dataclass instances + {objects:,} dicts", "import dataclasses",
                  (BUILD_C.format(n=objects),), ("Record", "records", "lookup"), (),
                  definitions="import dataclasses\n" + RECORD_CLASS),
@@ -242,8 +245,10 @@ def state_bytes(ns: dict[str, Any], names: tuple[str, ...]) -> int:
 
 def _torch_fingerprint(model: Any, optimizer: Any) -> dict[str, Any]:
     weights = list(model.parameters())
-    return {"weights": [_sample_sum(p.detach().numpy()) for p in weights],
-            "adam": [_sample_sum(s["exp_avg_sq"].numpy()) for s in optimizer.state.values()],
+    return {"weights": [_sample_sum(p.detach().cpu().numpy()) for p in weights],
+            "adam": [_sample_sum(s["exp_avg_sq"].cpu().numpy()) for s in optimizer.state.values()],
+            "devices": sorted({str(p.device) for p in weights}
+                              | {str(s["exp_avg"].device) for s in optimizer.state.values()}),
             "gradients": [p.grad is not None for p in weights],
             "shared": all(a is b for a, b in zip(optimizer.param_groups[0]["params"], weights, strict=True))}
 
@@ -288,18 +293,27 @@ def change(key: str, ns: dict[str, Any], seed: int, total: int) -> int:
 
 
 def _flat(tensor: Any) -> Any:
-    """A 1-D numpy view of all of ``tensor``'s storage, in memory order (whatever its strides)."""
+    """A 1-D tensor over all of ``tensor``'s storage, on its device, in memory order
+    (whatever its strides)."""
     import torch
 
-    return torch.empty(0, dtype=tensor.dtype).set_(tensor.untyped_storage()).detach().numpy()
+    return torch.empty(0, dtype=tensor.dtype, device=tensor.device).set_(tensor.untyped_storage()).detach()
 
 
 def _overwrite(arrays: list[Any], total: int, rng: Any) -> int:
-    """Overwrite the middle of the memory of each of ``arrays`` (contiguous), together
-    ``CHANGED_FRACTION`` of ``total`` bytes."""
+    """Overwrite the middle of the memory of each of ``arrays`` (contiguous numpy arrays,
+    or 1-D tensors from :func:`_flat`), together ``CHANGED_FRACTION`` of ``total`` bytes."""
     per_array = total * CHANGED_FRACTION / len(arrays)
     changed = 0
     for arr in arrays:
+        if hasattr(arr, "untyped_storage"):
+            import torch
+
+            count = min(arr.numel(), math.ceil(per_array / arr.element_size()))
+            start = (arr.numel() - count) // 2
+            arr[start:start + count] = torch.from_numpy(rng.random(count)).to(arr.dtype).to(arr.device)
+            changed += count * arr.element_size()
+            continue
         if not arr.flags.c_contiguous:
             raise ValueError("only contiguous memory can be overwritten in place through reshape")
         flat = arr.reshape(-1)

@@ -216,6 +216,11 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
             self.modules_seen.add(obj.__module__ or "")
         elif isinstance(obj, type):
             self.modules_seen.add(obj.__module__)
+            # copyreg caches a class's slot names on the class when the first instance is
+            # pickled, and cloudpickle pickles a notebook class's __dict__ by value: fill the
+            # cache first, so the class pickles the same in every save. Else the second save
+            # found every pickle chunk after the class moved, and rewrote them all.
+            _slotnames(obj)
         else:
             if kind is types.ModuleType:
                 self.modules_seen.add(obj.__name__)

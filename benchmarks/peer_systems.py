@@ -80,7 +80,9 @@ def save(system: str, shell: Any, folder: str, names: list[str]) -> dict[str, An
 
         with measured(result):
             saved = save_checkpoint(shell, CheckpointStore(out))
-        result.update(id=saved.id, bytes_written=saved.bytes_written, skipped=[s.name for s in saved.skipped])
+        # what the save wrote: its new chunks and its manifest
+        written = saved.bytes_written + CheckpointStore(out).manifest_path(saved.id).stat().st_size
+        result.update(id=saved.id, bytes_written=written, skipped=[s.name for s in saved.skipped])
         return result
     out.mkdir(parents=True)
     if system == "dill":

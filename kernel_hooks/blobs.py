@@ -37,9 +37,10 @@ CHUNK_BYTES = 256 << 10
 """Hash and deduplication granularity. A contiguous change of L bytes rewrites about L plus
 one chunk: with 256 KiB chunks a 1% change of workload (d) in benchmarks/bench_peers.py (four
 columns of a 1 GB frame) rewrites 1.4% of it, with 2 MiB chunks it rewrote 6.7%."""
-PICKLE_CHUNK_BYTES = 64 << 10
+PICKLE_CHUNK_BYTES = 16 << 10
 """Chunk size of the namespace pickle: changing 1% of 25,000 small objects changes a run of
-the pickle that 256 KiB chunks made 18% of it to rewrite (benchmarks/bench_peers.py, (c))."""
+the pickle (15 kB of 2.9 MB) that chunks of 256, 64 and 16 KiB made 18%, 4.5% and 1.1% of
+it to rewrite (benchmarks/bench_peers.py, (c)); its hashes add 0.4% to the manifest."""
 SEGMENT_BYTES = 8 << 20
 """What one I/O task hashes and writes (or reads and verifies): big enough that the thread
 pool's overhead is small, small enough that four threads share a buffer of a few MB."""

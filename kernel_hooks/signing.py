@@ -48,28 +48,44 @@ class SigningKey:
 
     def _read_or_create(self) -> bytes:
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not self.path.exists():
+            self._create()
+        mode = self.path.stat().st_mode
+        if mode & (stat.S_IRWXG | stat.S_IRWXO):
+            raise IntegrityError(
+                f"signing key {self.path} is readable by others (mode {oct(mode & 0o777)}); "
+                "run `chmod 600` on it before checkpoints can be trusted"
+            )
         try:
-            fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            mode = self.path.stat().st_mode
-            if mode & (stat.S_IRWXG | stat.S_IRWXO):
-                raise IntegrityError(
-                    f"signing key {self.path} is readable by others (mode {oct(mode & 0o777)}); "
-                    "run `chmod 600` on it before checkpoints can be trusted"
-                ) from None
-            try:
-                key = bytes.fromhex(self.path.read_text().strip())
-            except ValueError:
-                key = b""
-            if len(key) < 32:
-                raise IntegrityError(f"signing key {self.path} is too short or damaged") from None
-            return key
-        key = secrets.token_bytes(32)
-        with os.fdopen(fd, "w") as f:
-            f.write(key.hex())
-            f.flush()
-            os.fsync(f.fileno())
+            key = bytes.fromhex(self.path.read_text().strip())
+        except ValueError:
+            key = b""
+        if len(key) < 32:
+            raise IntegrityError(f"signing key {self.path} is too short or damaged")
         return key
+
+    def _create(self) -> None:
+        """Publish a new key whole: written to a private temporary file, then linked to its
+        name, so kernels of a fresh install that save at once all read one complete key
+        (each writing the file in place, one read another's empty file and refused it)."""
+        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_bytes(32).hex())
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(temporary, self.path)
+            except FileExistsError:
+                return  # another kernel published its key first: use that one
+            directory = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+        finally:
+            temporary.unlink(missing_ok=True)
 
     def check(self) -> None:
         """Load (or create) the key now, so a bad key stops a save before it writes."""

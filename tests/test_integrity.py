@@ -8,9 +8,11 @@ create a marker file; each such test also shows that an intact checkpoint does c
 from __future__ import annotations
 
 import json
+import multiprocessing
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fault_fixtures import (
@@ -264,3 +266,29 @@ def test_id_with_trailing_newline_is_malformed(kernel):
         "kernel_hooks.restore_checkpoint(get_ipython(), '20240101-000000-deadbeef\\n')"
     ).error
     assert error is not None and "not a checkpoint id" in error, error
+
+
+def _load_key(path: str, start: Any, results: Any) -> None:
+    from kernel_hooks.signing import SigningKey
+
+    start.wait()
+    try:
+        results.put(SigningKey(Path(path)).sign({"id": "x"}))
+    except Exception as e:
+        results.put(f"{type(e).__name__}: {e}")
+
+
+def test_kernels_creating_the_key_at_once_all_get_the_same_whole_key(tmp_path):
+    context = multiprocessing.get_context("fork")
+    for attempt in range(10):
+        path = tmp_path / f"try-{attempt}" / "signing.key"
+        start, results = context.Barrier(8), context.Queue()
+        workers = [context.Process(target=_load_key, args=(str(path), start, results)) for _ in range(8)]
+        for worker in workers:
+            worker.start()
+        outcomes = {results.get(timeout=30) for _ in workers}
+        for worker in workers:
+            worker.join()
+        assert len(outcomes) == 1, outcomes  # every process signed with the one published key
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert [p.name for p in path.parent.iterdir()] == ["signing.key"]  # no temporary left

@@ -91,6 +91,7 @@ class GPUCheckpointApp(ExtensionApp):
         for task in [self._policy_task, *self.tasks.values()]:
             if task is not None:
                 task.cancel()
+        self.metrics.stop()
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
         """Log a lifecycle event, count it in the metrics and send it to the event bus.

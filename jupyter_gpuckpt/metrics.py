@@ -137,6 +137,15 @@ class ServerMetrics:
         GPU_SECONDS_RELEASED.inc(max(0.0, now - since) * gpus)
         return gpus
 
+    def stop(self, now: float | None = None) -> None:
+        """The server stops: count its suspensions' GPU-seconds until now and report it no
+        more (left to the garbage collector, a stopped server could be scraped later and
+        bill the time since as GPU-seconds released)."""
+        now = time.time() if now is None else now
+        for kernel_id in list(self.suspended):
+            self._end_suspension(kernel_id, now)
+        COLLECTOR.servers.discard(self)
+
     def kernel_states(self, now: float | None = None) -> tuple[dict[str, int], int]:
         """Kernels by state and GPUs released now, counting kernels shut down while suspended."""
         counts = dict.fromkeys(STATES, 0)

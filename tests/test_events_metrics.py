@@ -168,3 +168,23 @@ async def test_long_operations_report_progress(jp_fetch: Any, jp_ws_fetch: Any, 
     done = [e["bytes_done"] for e in progress]
     assert done == sorted(done) and 0 < done[-1] <= progress[-1]["bytes_total"]
     assert progress[-1]["bytes_total"] >= 800_000_000
+
+
+async def test_a_stopped_server_counts_its_released_gpus_until_it_stops_and_no_longer(
+        jp_fetch: Any, jp_serverapp: Any, one_test_gpu: None) -> None:
+    from prometheus_client import REGISTRY
+
+    from jupyter_gpuckpt import metrics
+
+    kernel_id = await start_kernel(jp_fetch)
+    await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    app = next(iter(jp_serverapp.extension_manager.extension_apps["jupyter_gpuckpt"]))
+    before = REGISTRY.get_sample_value("jupyter_gpuckpt_released_gpu_seconds_total")
+    await asyncio.sleep(0.3)
+    await app.stop_extension()
+    stopped = REGISTRY.get_sample_value("jupyter_gpuckpt_released_gpu_seconds_total")
+    assert stopped - before >= 0.3  # the suspension's GPU-seconds, up to the stop
+    assert app.metrics not in metrics.COLLECTOR.servers
+    await asyncio.sleep(0.3)
+    list(REGISTRY.collect())  # a scrape
+    assert REGISTRY.get_sample_value("jupyter_gpuckpt_released_gpu_seconds_total") == stopped

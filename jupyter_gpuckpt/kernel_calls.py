@@ -57,7 +57,9 @@ async def call(km: AsyncKernelManager, function: str, timeout: float, /,
     expression = f"__import__('kernel_hooks.server_calls').server_calls.{function}({args})"
     client = km.client()
     client.session.session = f"{INTERNAL_SESSION_PREFIX}{uuid.uuid4().hex}"
-    client.start_channels()
+    # Shell and IOPub only: no heartbeat thread per call (the kernel manager tells whether
+    # the process is alive), nor stdin and control sockets it never uses.
+    client.start_channels(stdin=False, hb=False, control=False)
     try:
         await client.wait_for_ready(timeout=timeout)
         msg_id = client.execute("", silent=True, store_history=False, user_expressions={"r": expression})

@@ -242,7 +242,7 @@ class CheckpointManager:
     async def _kernel_info(self, kernel_id: str) -> dict[str, Any]:
         client = self.km(kernel_id).client()
         client.session.session = f"{kernel_calls.INTERNAL_SESSION_PREFIX}info"
-        client.start_channels()
+        client.start_channels(stdin=False, hb=False, control=False)
         try:
             reply = await client.kernel_info(reply=True, timeout=self.call_timeout)
             return dict(reply["content"])

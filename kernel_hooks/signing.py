@@ -15,6 +15,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from .blobs import fsync_dir
 from .errors import IntegrityError
 
 SIGNATURE_FIELD = "signature"
@@ -79,11 +80,7 @@ class SigningKey:
                 os.link(temporary, self.path)
             except FileExistsError:
                 return  # another kernel published its key first: use that one
-            directory = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(directory)
-            finally:
-                os.close(directory)
+            fsync_dir(self.path.parent)
         finally:
             temporary.unlink(missing_ok=True)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 
-from .blobs import BlobStore, BufferRecord, is_digest, temp_prefix
+from .blobs import BlobStore, BufferRecord, fsync_dir, is_digest, temp_prefix
 from .errors import IntegrityError, RestoreError, SaveError
 from .signing import SigningKey
 
@@ -56,14 +56,6 @@ def default_key_path() -> Path:
 
 def is_checkpoint_id(text: object) -> bool:
     return isinstance(text, str) and bool(_ID_RE.fullmatch(text))
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _pid_alive(pid: int) -> bool:
@@ -138,7 +130,7 @@ class CheckpointStore:
         staging = self.checkpoints / f"{temp_prefix()}{secrets.token_hex(6)}"
         final = self.checkpoints / checkpoint_id
         try:
-            _fsync_dir(self.blobs.directory)
+            fsync_dir(self.blobs.directory)
             staging.mkdir(mode=0o700)
             fd = os.open(staging / MANIFEST, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -146,7 +138,7 @@ class CheckpointStore:
                 f.flush()
                 os.fsync(f.fileno())
             os.rename(staging, final)
-            _fsync_dir(self.checkpoints)
+            fsync_dir(self.checkpoints)
         except OSError as e:
             shutil.rmtree(staging, ignore_errors=True)
             raise SaveError(f"could not write the manifest of {checkpoint_id}: {e.strerror or e}") from e

@@ -37,11 +37,9 @@ class BufferSpec:
 class Slot:
     """One buffer to go out of band, created once per underlying memory block."""
 
-    def __init__(self, spec: BufferSpec, store: Callable[[BufferSink], PendingBuffer],
-                 view: memoryview | None) -> None:
+    def __init__(self, spec: BufferSpec, store: Callable[[BufferSink], PendingBuffer]) -> None:
         self.spec = spec
         self.store = store
-        self.view = view
 
 
 def _loaded(buffer: Any) -> Any:
@@ -90,20 +88,14 @@ class OutOfBand:
         return self._staging[device]
 
     def reduce_slot(self, slot: Slot) -> Reduction:
-        view = slot.view if slot.view is not None else memoryview(bytearray())
-        buffer = pickle.PickleBuffer(view)
+        # An empty, writable marker: the pickle only records where the buffer goes, and a
+        # read-only one would make the loader wrap what it is given in a memoryview.
+        buffer = pickle.PickleBuffer(bytearray())
         self._by_picklebuffer[id(buffer)] = (buffer, slot)
         return _loaded, (buffer,)
 
     def release(self) -> None:
-        """Release the pass's ``PickleBuffer`` exports of the buffers' memory.
-
-        Left to the garbage collector, a cycle holding a memoryview and a ``PickleBuffer``
-        that still exports it could be cleared memoryview first, which fails ("memoryview
-        has 1 exported buffer") and then crashed the interpreter at exit.
-        """
-        for buffer, _slot in self._by_picklebuffer.values():
-            buffer.release()
+        """Let go of the pass's slots and the memory they keep alive."""
         self._by_picklebuffer.clear()
         self._slots.clear()
 
@@ -145,7 +137,7 @@ def host_slot(out: OutOfBand, key: Any, owner: Any, kind: str, view: memoryview)
     """A slot for host memory ``view`` (1-D bytes), written straight from memory."""
     def make() -> Slot:
         spec = BufferSpec(kind, "cpu", len(view), None)
-        return Slot(spec, lambda sink: sink.add_host(key, owner, view), view)
+        return Slot(spec, lambda sink: sink.add_host(key, owner, view))
 
     return cast(Slot, out.memo(key, owner, make))
 
@@ -157,6 +149,6 @@ def staged_slot(out: OutOfBand, key: Any, owner: Any, kind: str, device: str, nb
     def make() -> Slot:
         spec = BufferSpec(kind, device, nbytes, None)
         staging = out.staging(device, make_staging)
-        return Slot(spec, lambda sink: sink.add_device(key, owner, nbytes, copy_out, staging), None)
+        return Slot(spec, lambda sink: sink.add_device(key, owner, nbytes, copy_out, staging))
 
     return cast(Slot, out.memo(key, owner, make))

@@ -3,19 +3,18 @@
 An array is saved as the buffer of the array that owns its memory plus its dtype, shape,
 strides and offset, so every view (slices, transposes, non-contiguous steps, pandas blocks
 and their columns) shares one buffer again after restore. Memory maps are saved as data
-and come back as ordinary arrays. Object arrays stay in the pickle; those holding only
-``str`` (pandas' string columns) are packed into a few large UTF-8 runs first, see
-:func:`_pack_strings`.
+and come back as ordinary arrays. Object arrays stay in the pickle, except those holding
+mostly strings (pandas' string columns): see :mod:`.numpy_strings`.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
+from . import numpy_strings
 from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot
 
 
@@ -38,57 +37,11 @@ def _rebuild_ndarray(buffer: np.ndarray, dtype: np.dtype, shape: tuple[int, ...]
     return arr
 
 
-STRINGS_PER_RUN = 1 << 16
-"""Strings joined into one run; a run is one bytes object in the pickle."""
-MIN_PACKED = 4096
-"""Object arrays with fewer elements are pickled element by element."""
-_SEP = "\x00"
-Order = Literal["C", "F"]
-
-
-def _pack_strings(arr: np.ndarray) -> tuple[Order, list[bytes]] | None:
-    """``arr``'s elements as runs of NUL-joined UTF-8, or None unless every element is a
-    ``str`` without NUL.
-
-    Pickled one by one, each string costs a memo entry (16 bytes or more, for the whole
-    save) and a few opcodes: packed, a column of 2 million short strings was written 9
-    times faster (0.12 s instead of 1.04 s) and read 1.5 times faster (0.25 s, 0.38 s);
-    see benchmarks/bench_peers.py, workload d, for the effect on a whole DataFrame.
-    """
-    order: Order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
-    flat = arr.ravel(order=order)
-    runs = []
-    for start in range(0, flat.size, STRINGS_PER_RUN):
-        items = flat[start:start + STRINGS_PER_RUN].tolist()
-        if set(map(type, items)) != {str}:
-            return None
-        joined = _SEP.join(items)
-        if joined.count(_SEP) != len(items) - 1:
-            return None
-        runs.append(joined.encode("utf-8", "surrogatepass"))
-    return order, runs
-
-
-def _unpack_strings(shape: tuple[int, ...], order: Order, runs: list[bytes], writeable: bool) -> np.ndarray:
-    flat = np.empty(math.prod(shape), dtype=object)
-    pos = 0
-    for run in runs:
-        items = run.decode("utf-8", "surrogatepass").split(_SEP)
-        flat[pos:pos + len(items)] = items
-        pos += len(items)
-    arr = flat.reshape(shape, order=order)
-    if not writeable:
-        arr.flags.writeable = False
-    return arr
-
-
 def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
     def reduce_ndarray(arr: np.ndarray) -> Reduction:
         if arr.dtype.hasobject:
-            if arr.dtype == np.dtype(object) and arr.size >= MIN_PACKED and type(arr) is np.ndarray:
-                packed = _pack_strings(arr)
-                if packed is not None:
-                    return _unpack_strings, (arr.shape, packed[0], packed[1], bool(arr.flags.writeable))
+            if arr.dtype == np.dtype(object) and arr.size >= numpy_strings.MIN_PACKED and type(arr) is np.ndarray:
+                return numpy_strings.pack(arr, out)
             return NotImplemented
         owner = _owner(arr)
         contiguous = owner.flags.c_contiguous or owner.flags.f_contiguous

@@ -148,7 +148,7 @@ def targets(results: dict[str, dict[str, Figures]], notes: dict[str, dict[str, A
                    if v and state and (v < state / 2 or (rerun and (_m(figures, p, "restore") or 0) > rerun / 2))]
         fewest = min((v for p, v in disks.items() if v and p not in partial), default=None)
         out.append(Target("no more bytes on disk than any peer", key,
-                          (f"{state / fewest:.4f}x the smallest peer's, +{(state - fewest) / 1e3:.0f} kB"
+                          (f"{state / fewest:.4f}x the smallest peer's, {(state - fewest) / 1e3:+,.0f} kB"
                            if state and fewest else "-")
                           + (f" ({', '.join(partial)} recomputed part of the state: not compared)" if partial else ""),
                           None if not (state and fewest) else state <= fewest))

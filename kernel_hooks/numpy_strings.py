@@ -95,7 +95,9 @@ def _unpack(shape: tuple[int, ...], order: Order, runs: list[Any], positions: np
     start = 0
     for run in runs:
         items = str(run, "utf-8", "surrogatepass").split(_SEP)
-        flat[start:start + len(items)] = items
+        # from an array: assigning the list itself took twice as long (numpy inspects
+        # every element of a sequence it is given)
+        flat[start:start + len(items)] = np.fromiter(items, dtype=object, count=len(items))
         start += len(items)
     if start != flat.size:
         raise ValueError(f"packed strings hold {start} elements, not {flat.size}")

@@ -181,9 +181,16 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
         garbage to speak of, but a collection it triggered, for what the user's cells left,
         traversed the whole heap (a first save after building 200,000 dataclass instances
         and dicts: 1.2 to 1.4 s, 1.0 to 1.1 s without). That collection is left to the
-        kernel's next cells; a suspended kernel never runs it."""
+        kernel's next cells; a suspended kernel never runs it.
+
+        The memo (a reference to every object pickled) is emptied before collection
+        resumes: the collector traverses it, and with 1M entries each collection that met
+        the young pickler took 0.06 to 0.1 s (one or two per save of 200,000 objects)."""
         with _gc_paused():
-            super().dump(obj)
+            try:
+                super().dump(obj)
+            finally:
+                self.clear_memo()
 
     def _reduce_variable(self, var: Variable) -> Any:
         self._out.current_var = var.name

@@ -106,7 +106,6 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
     finally:
         for p in passes:
             p.stream.discard()
-            p.pickler.clear_memo()
             p.out.release()
     return current, failures, records, pickle_record
 

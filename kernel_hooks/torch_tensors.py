@@ -104,7 +104,7 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
 def from_host(memory: Any) -> torch.UntypedStorage:
     """A restored buffer (read into ``memory``) as the storage tensors are rebuilt on.
 
-    It shares ``memory`` (page-aligned, huge pages) rather than copying it; like a tensor
+    It shares ``memory`` (page-aligned) rather than copying it; like a tensor
     made by ``torch.frombuffer`` its storage cannot be resized in place.
     """
     if not len(memory):

@@ -17,6 +17,7 @@ from typing import Any
 
 from .blobs import SEGMENT_BYTES, BlobStore, BlobWriter, BufferRecord, ParallelIO, Piece
 
+
 def host_memory(nbytes: int) -> mmap.mmap | bytearray:
     """Fresh memory for a restored buffer: page-aligned, so blobs can be read into it with
     ``O_DIRECT``.
@@ -92,14 +93,15 @@ class BufferSink:
         self._by_key[key] = (owner, pending)
         return pending
 
-    def add_host(self, key: Any, owner: Any, view: memoryview) -> PendingBuffer:
-        """Store ``view`` (1-D, bytes) straight from memory."""
+    def add_host(self, key: Any, owner: Any, view: memoryview, made: bool = False) -> PendingBuffer:
+        """Store ``view`` (1-D, bytes) straight from memory; ``made``: bytes made for this
+        save, written ahead of the queue (see :class:`~.blobs.ParallelIO`)."""
         if (pending := self.cached(key)) is not None:
             return pending
         pending = PendingBuffer(len(view), self.writer)
         for offset in range(0, len(view), SEGMENT_BYTES):
             part = view[offset:offset + SEGMENT_BYTES]
-            pending.futures.append(self.io.submit(self.writer.store, part, nbytes=len(part)))
+            pending.futures.append(self.io.submit(self.writer.store, part, nbytes=len(part), ahead=made))
         return self._remember(key, owner, pending)
 
     def add_device(self, key: Any, owner: Any, nbytes: int, copy_out: CopyOut,

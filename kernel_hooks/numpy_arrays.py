@@ -41,7 +41,7 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
     def reduce_ndarray(arr: np.ndarray) -> Reduction:
         if arr.dtype.hasobject:
             if arr.dtype == np.dtype(object) and arr.size >= numpy_strings.MIN_PACKED and type(arr) is np.ndarray:
-                return numpy_strings.pack(arr, out)
+                return numpy_strings.pack(arr)
             return NotImplemented
         owner = _owner(arr)
         contiguous = owner.flags.c_contiguous or owner.flags.f_contiguous
@@ -60,7 +60,7 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
         return _rebuild_ndarray, (slot, arr.dtype, arr.shape, strides, offset,
                                   bool(arr.flags.writeable))
 
-    return {np.ndarray: reduce_ndarray, np.memmap: reduce_ndarray}
+    return {np.ndarray: reduce_ndarray, np.memmap: reduce_ndarray, **numpy_strings.reducers(out)}
 
 
 def from_host(memory: Any) -> np.ndarray:

@@ -14,18 +14,20 @@ missing values is still packed. An array of mostly other objects is pickled as u
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any, Literal
 
 import numpy as np
 
-from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot
+from .arrays import INLINE_BYTES, OutOfBand, Reduction, transient_slot
 
 STRINGS_PER_RUN = 1 << 16
 """Strings joined into one run."""
 MIN_PACKED = 4096
 """Object arrays with fewer elements are pickled element by element."""
 MAX_OTHERS = 0.5
-"""Arrays with a larger fraction of elements that are not packable strings are not packed."""
+"""Arrays whose first run has a larger fraction of elements that are not packable strings
+are not packed."""
 KIND = "strings"
 _SEP = "\x00"
 Order = Literal["C", "F"]
@@ -51,58 +53,77 @@ def _odd(items: list[Any]) -> list[int]:
     return [i for kind in set(types) - {str} for i in _indexes(types, kind)]
 
 
-def pack(arr: np.ndarray, out: OutOfBand) -> Reduction:
-    """``arr`` reduced to its runs, or NotImplemented where most elements are not strings."""
+class _Run:
+    """One run of an array's strings, packed only when the pickler reaches it: each run's
+    bytes are written and freed before the next is made, so a column's packed strings are
+    never all in memory at once."""
+
+    def __init__(self, flat: np.ndarray, start: int) -> None:
+        self.flat = flat
+        self.start = start
+
+
+def pack(arr: np.ndarray) -> Reduction:
+    """``arr`` reduced to its runs, or NotImplemented where most elements of its first run
+    are not strings."""
     order: Order = "F" if arr.flags.f_contiguous and not arr.flags.c_contiguous else "C"
     flat = arr.ravel(order=order)
-    limit = MAX_OTHERS * flat.size
-    runs: list[Any] = []
-    positions: list[int] = []
-    others: list[Any] = []
+    if len(_odd(flat[:STRINGS_PER_RUN].tolist())) > MAX_OTHERS * min(flat.size, STRINGS_PER_RUN):
+        return NotImplemented
+    runs = [_Run(flat, start) for start in range(0, flat.size, STRINGS_PER_RUN)]
+    return _unpack, (arr.shape, order, runs, bool(arr.flags.writeable))
 
-    def set_aside(items: list[Any], odd: list[int], start: int) -> None:
-        for i in odd:
-            positions.append(start + i)
-            others.append(items[i])
-            items[i] = ""
 
-    for start in range(0, flat.size, STRINGS_PER_RUN):
-        items = flat[start:start + STRINGS_PER_RUN].tolist()
-        odd = _odd(items)
-        if len(others) + len(odd) > limit:
-            return NotImplemented
-        set_aside(items, odd, start)
+def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
+    def reduce_run(run: _Run) -> Reduction:
+        items = run.flat[run.start:run.start + STRINGS_PER_RUN].tolist()
+        positions: list[int] = []
+        others: list[Any] = []
+
+        def set_aside(odd: list[int]) -> None:
+            for i in odd:
+                positions.append(i)
+                others.append(items[i])
+                items[i] = ""
+
+        set_aside(_odd(items))
         joined = _SEP.join(items)
         if joined.count(_SEP) != len(items) - 1:
-            set_aside(items, [i for i, item in enumerate(items) if _SEP in item], start)
+            set_aside([i for i, item in enumerate(items) if _SEP in item])
             joined = _SEP.join(items)
-        run: Any = joined.encode("utf-8", "surrogatepass")
-        if len(run) >= INLINE_BYTES:
-            run = host_slot(out, (KIND, id(arr), start), (arr, run), KIND, memoryview(run))
-        runs.append(run)
-    return _unpack, (arr.shape, order, runs, np.array(positions, dtype=np.int64), others,
-                     bool(arr.flags.writeable))
+        data: Any = joined.encode("utf-8", "surrogatepass")
+        if len(data) >= INLINE_BYTES:
+            data = transient_slot(out, (KIND, id(run.flat), run.start), run.flat, KIND, data)
+        return _strings, (data, positions, others)
+
+    return {_Run: reduce_run}
 
 
-def from_host(memory: Any) -> Any:
-    """A run read into ``memory``: :func:`_unpack` splits it."""
-    return memory
+def decode(memory: Any) -> np.ndarray:
+    """A run read back into ``memory``, as an object array of its strings."""
+    return _split(memory)
 
 
-def _unpack(shape: tuple[int, ...], order: Order, runs: list[Any], positions: np.ndarray,
-            others: list[Any], writeable: bool) -> np.ndarray:
-    flat = np.empty(math.prod(shape), dtype=object)
-    start = 0
-    for run in runs:
-        items = str(run, "utf-8", "surrogatepass").split(_SEP)
-        # from an array: assigning the list itself took twice as long (numpy inspects
-        # every element of a sequence it is given)
-        flat[start:start + len(items)] = np.fromiter(items, dtype=object, count=len(items))
-        start += len(items)
-    if start != flat.size:
-        raise ValueError(f"packed strings hold {start} elements, not {flat.size}")
-    for position, value in zip(positions.tolist(), others, strict=True):
-        flat[position] = value
+def _split(run: Any) -> np.ndarray:
+    items = str(run, "utf-8", "surrogatepass").split(_SEP)
+    # from an iterator: from the list itself took twice as long (numpy inspects every
+    # element of a sequence it is given)
+    return np.fromiter(items, dtype=object, count=len(items))
+
+
+def _strings(data: Any, positions: list[int], others: list[Any]) -> np.ndarray:
+    """A run's strings: ``data`` decoded already (out of band, :func:`decode`) or bytes
+    (kept in the pickle), with the elements set aside put back."""
+    items = data if isinstance(data, np.ndarray) else _split(data)
+    for position, value in zip(positions, others, strict=True):
+        items[position] = value
+    return items
+
+
+def _unpack(shape: tuple[int, ...], order: Order, runs: list[np.ndarray], writeable: bool) -> np.ndarray:
+    flat = np.concatenate(runs) if runs else np.empty(0, dtype=object)
+    if flat.size != math.prod(shape):
+        raise ValueError(f"packed strings hold {flat.size} elements, not {math.prod(shape)}")
     arr = flat.reshape(shape, order=order)
     if not writeable:
         arr.flags.writeable = False

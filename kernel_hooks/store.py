@@ -32,9 +32,9 @@ from .blobs import BlobStore, BufferRecord, fsync_dir, is_digest, temp_prefix
 from .errors import IntegrityError, RestoreError, SaveError
 from .signing import SigningKey
 
-FORMAT_VERSION = 3
-"""3: string arrays as ``strings`` buffers; 2: chunks packed into blobs, located by
-extents; 1: a blob per chunk."""
+FORMAT_VERSION = 4
+"""4: each run of strings pickled with its own set-aside elements; 3: string arrays as
+``strings`` buffers; 2: chunks packed into blobs, located by extents; 1: a blob per chunk."""
 MANIFEST = "manifest.json"
 _ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")
 _OWNER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}")

@@ -153,30 +153,35 @@ def store_files(kernels: KernelFactory) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in owner_dir(kernels.store).rglob("*") if p.is_file()}
 
 
-@pytest.mark.parametrize("part", ["buffer", "pickle"])
+@pytest.mark.parametrize("part", ["buffer", "strings", "pickle"])
 def test_corrupt_blob_is_refused_and_nothing_changes(kernels, part):
-    """Req 4: one flipped byte in a buffer blob (a 2.4 MB array) or in the pickle blob ->
-    an error naming the blob (and the variable); the restoring kernel's namespace and the
-    checkpoint's files are left as they were."""
+    """Req 4: one flipped byte in a buffer blob (a 2.4 MB array), in a run of packed
+    strings (decoded before unpickling starts) or in the pickle blob -> an error naming the
+    blob (and the variable); the restoring kernel's namespace and the checkpoint's files
+    are left as they were."""
     saver = kernels.start()
-    saver.ok("import numpy as np\nbig = np.arange(300_000, dtype=np.float64)\nnote = 'saved'")
+    saver.ok("import numpy as np\nbig = np.arange(300_000, dtype=np.float64)\n"
+             "words = np.array([f'word {i}' for i in range(100_000)], dtype=object)\nnote = 'saved'")
     checkpoint = saver.save()
     manifest = load_manifest(kernels.store, checkpoint)
-    if part == "buffer":
-        blob = buffer_blob(kernels.store, manifest, "big")
-        assert blob.stat().st_size == 300_000 * 8, "the array should be stored out of band"
+    variable = {"buffer": "big", "strings": "words"}.get(part)
+    if variable is not None:
+        entry = next(b for b in manifest["buffers"] if b["var"] == variable)
+        assert entry["kind"] == ("numpy" if part == "buffer" else "strings"), "stored out of band"
+        blob, offset = buffer_blob(kernels.store, manifest, variable), entry["extents"][0][1] + 1000
     else:
         blob = blob_path(kernels.store, manifest["pickle"]["blobs"][0])
-    flip_byte(blob, blob.stat().st_size // 2)
+        offset = blob.stat().st_size // 2
+    flip_byte(blob, offset)
     files = store_files(kernels)
 
     kernel = fresh_kernel(kernels)
     names = kernel.value(USER_NAMES)
     error = error_of(kernel.run(f"%gpuckpt restore {checkpoint}"))
     assert str(blob) in error and "corrupt" in error
-    assert ("variable 'big'" if part == "buffer" else "pickle") in error
+    assert (f"variable {variable!r}" if variable else "pickle") in error
     assert_untouched(kernel, names)
-    assert kernel.value("'big' in globals() or 'note' in globals()") is False
+    assert kernel.value("'big' in globals() or 'words' in globals() or 'note' in globals()") is False
     assert store_files(kernels) == files, "a failed restore must leave the checkpoint as it was"
 
 

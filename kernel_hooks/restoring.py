@@ -51,9 +51,10 @@ class _Decoding:
 
     The restore decodes these on its own thread before unpickling, as each is read, and
     reads them first, so the decoding overlaps the reads of every other buffer rather than
-    waiting for them: workload (d) of benchmarks/bench_peers.py (9M strings among 0.5 GB)
-    restored in 1.30 s this way against 1.77 s (in-process, cache dropped, median of 5).
-    """
+    waiting for them. Workload (d) of benchmarks/bench_peers.py (9M strings among 0.5 GB),
+    cache dropped: 1.69 s against 1.91 s in fresh processes (8 interleaved runs each), 1.30
+    against 1.77 s restoring again in one process; both cores are then busy, mostly with
+    page faults of the new objects."""
 
     def __init__(self, decode: Callable[[Any], Any], memory: Any, reads: list[Future[None]]) -> None:
         self._decode = decode

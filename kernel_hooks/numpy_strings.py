@@ -75,6 +75,7 @@ def pack(arr: np.ndarray) -> Reduction:
 
 
 def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
+    """The reducer of :class:`_Run`: packs a run's strings into ``out`` as it is pickled."""
     def reduce_run(run: _Run) -> Reduction:
         items = run.flat[run.start:run.start + STRINGS_PER_RUN].tolist()
         positions: list[int] = []

@@ -8,7 +8,8 @@ restore splits each run back into ``str`` objects.
 
 Elements that are not exact ``str`` (``None``, NaN, ``pd.NA``, a ``str`` subclass) or that
 hold a NUL are set aside: pickled as themselves, with their positions, so a column with
-missing values is still packed. An array of mostly other objects is pickled as usual.
+missing values is still packed. A run that repeats strings stores each once, with codes
+(see :data:`REPEATED`). An array of mostly other objects is pickled as usual.
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ MIN_PACKED = 4096
 MAX_OTHERS = 0.5
 """Arrays whose first run has a larger fraction of elements that are not packable strings
 are not packed."""
+SAMPLE = 1024
+"""Strings of a run sampled to tell whether it repeats values."""
+REPEATED = 0.9
+"""A run whose sample has fewer distinct strings than this fraction stores each string once,
+plus two bytes per element to put them back: a column read by ``pd.read_csv`` shares one
+``str`` object per value, and comes back sharing them instead of one object per row."""
 KIND = "strings"
 _SEP = "\x00"
 Order = Literal["C", "F"]
@@ -88,16 +95,36 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
                 items[i] = ""
 
         set_aside(_odd(items))
-        joined = _SEP.join(items)
-        if joined.count(_SEP) != len(items) - 1:
+        codes: Any
+        values, codes = _distinct(items) if _repeats(items) else (items, None)
+        joined = _SEP.join(values)
+        if joined.count(_SEP) != len(values) - 1:  # some hold NUL: set them aside, keep every string
             set_aside([i for i, item in enumerate(items) if _SEP in item])
+            values, codes = items, None
             joined = _SEP.join(items)
         data: Any = joined.encode("utf-8", "surrogatepass")
         if len(data) >= INLINE_BYTES:
             data = transient_slot(out, (KIND, id(run.flat), run.start), run.flat, KIND, data)
-        return _strings, (data, positions, others)
+        if codes is not None and len(codes) >= INLINE_BYTES:
+            codes = transient_slot(out, ("codes", id(run.flat), run.start), run.flat, "numpy", codes)
+        return _strings, (data, positions, others, codes)
 
     return {_Run: reduce_run}
+
+
+def _repeats(items: list[str]) -> bool:
+    """Whether a run repeats strings enough to store each once: judged on a sample of
+    :data:`SAMPLE`, so a run of distinct strings costs next to nothing to ask."""
+    sample = items[::max(1, len(items) // SAMPLE)]
+    return len(set(sample)) < REPEATED * len(sample)
+
+
+def _distinct(items: list[str]) -> tuple[list[str], bytes]:
+    """Each string once, in order of first use, and the codes (``uint16``: a run holds at
+    most 65,536 strings) that put them back in place."""
+    values = list(dict.fromkeys(items))
+    index = {value: i for i, value in enumerate(values)}
+    return values, np.fromiter(map(index.__getitem__, items), dtype=np.uint16, count=len(items)).tobytes()
 
 
 def decode(memory: Any) -> np.ndarray:
@@ -112,10 +139,13 @@ def _split(run: Any) -> np.ndarray:
     return np.fromiter(items, dtype=object, count=len(items))
 
 
-def _strings(data: Any, positions: list[int], others: list[Any]) -> np.ndarray:
+def _strings(data: Any, positions: list[int], others: list[Any], codes: Any = None) -> np.ndarray:
     """A run's strings: ``data`` decoded already (out of band, :func:`decode`) or bytes
-    (kept in the pickle), with the elements set aside put back."""
+    (kept in the pickle), spread by ``codes`` where each string was stored once, with the
+    elements set aside put back."""
     items = data if isinstance(data, np.ndarray) else _split(data)
+    if codes is not None:
+        items = items[np.frombuffer(codes, dtype=np.uint16)]
     for position, value in zip(positions, others, strict=True):
         items[position] = value
     return items

@@ -33,7 +33,8 @@ from .errors import IntegrityError, RestoreError, SaveError
 from .signing import SigningKey
 
 FORMAT_VERSION = 4
-"""4: each run of strings pickled with its own set-aside elements; 3: string arrays as
+"""4: each run of strings pickled with its own set-aside elements, repeated strings stored
+once with codes; 3: string arrays as
 ``strings`` buffers; 2: chunks packed into blobs, located by extents; 1: a blob per chunk."""
 MANIFEST = "manifest.json"
 _ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")

@@ -74,3 +74,42 @@ def test_a_change_to_one_percent_of_the_strings_rewrites_one_run(kernels):
     run_bytes = (1 << 16) * len("user-0000000\x00")
     assert 0 < changed["written"] <= run_bytes + CHUNK_BYTES
     assert full["written"] >= 15 * run_bytes
+
+
+REPEATED = """
+import io, numpy as np, pandas as pd
+rows = 200_000
+csv = "city,user\\n" + "".join(f"city-{i % 7},user-{i:07d}\\n" for i in range(rows))
+df = pd.read_csv(io.StringIO(csv))
+codes = np.array([f"v{i % 3}" for i in range(100_000)], dtype=object)
+codes[[10, 70_000]] = [None, "nul \\x00 here"]
+del csv
+"""
+SHARING = ("(len({id(x) for x in df['city'].array._ndarray}), len({id(x) for x in df['user'].array._ndarray}),"
+           " df['city'].tolist() == [f'city-{i % 7}' for i in range(rows)],"
+           " df['user'].tolist() == [f'user-{i:07d}' for i in range(rows)],"
+           " codes[:6].tolist(), codes[10], codes[70_000], codes[99_999])")
+
+
+def test_repeated_strings_are_stored_once_and_come_back_shared(kernels):
+    """A column read by ``pd.read_csv`` shares one ``str`` per value: it comes back sharing
+    them (one object per value and run), not as one object per row, and takes less disk."""
+    saver = kernels.start()
+    saver.ok(REPEATED)
+    before = saver.value(SHARING)
+    assert before[:2] == (7, 200_000), "read_csv shares each value's str"
+    checkpoint = saver.save()
+    manifest = kernels.manifest(checkpoint)
+    runs = -(-200_000 // (1 << 16))
+    city = [b for b in manifest["buffers"] if b["var"] == "df"]
+    # The city runs' strings stay inline (7 values each) and their codes, 2 bytes a row, go
+    # out of band; every user string is stored. Each column's last run (3,392 rows) is inline.
+    assert sum(b["kind"] == "numpy" and b["nbytes"] == 2 << 16 for b in city) == runs - 1
+    assert sum(b["kind"] == "strings" for b in city) == runs - 1
+    assert all(b["nbytes"] > 12 << 16 for b in city if b["kind"] == "strings")
+
+    fresh = kernels.start()
+    fresh.ok(f"%gpuckpt restore {checkpoint}")
+    after = fresh.value(SHARING)
+    assert after[0] <= 7 * runs, "the city column should come back sharing its strings"
+    assert after[1:] == before[1:]

@@ -560,9 +560,12 @@ class ParallelIO:
 
     def submit(self, fn: Callable[..., Any], *args: Any, nbytes: int = 0, ahead: bool = False) -> Future[Any]:
         """Run ``fn(*args)`` on the pool, or with ``ahead`` on the lane for made bytes."""
-        if ahead and self._lane is None:
-            self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuckpt-io-made")
-        future = (self._lane if ahead and self._lane is not None else self._pool).submit(fn, *args)
+        pool = self._pool
+        if ahead:
+            if self._lane is None:
+                self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpuckpt-io-made")
+            pool = self._lane
+        future = pool.submit(fn, *args)
         if self._progress is not None:
             future.add_done_callback(lambda f: self._finished(f, nbytes))
         self._futures.append(future)

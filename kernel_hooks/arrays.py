@@ -133,25 +133,19 @@ class OutOfBand:
         return table
 
 
-def host_slot(out: OutOfBand, key: Any, owner: Any, kind: str, view: memoryview) -> Slot:
-    """A slot for host memory ``view`` (1-D bytes), written straight from memory."""
-    def make() -> Slot:
-        spec = BufferSpec(kind, "cpu", len(view), None)
-        return Slot(spec, lambda sink: sink.add_host(key, owner, view))
+def host_slot(out: OutOfBand, key: Any, owner: Any, kind: str, view: memoryview, made: bool = False) -> Slot:
+    """A slot for host memory ``view`` (1-D bytes), written straight from memory.
 
-    return cast(Slot, out.memo(key, owner, make))
-
-
-def transient_slot(out: OutOfBand, key: Any, owner: Any, kind: str, data: bytes) -> Slot:
-    """A slot for bytes made for this save alone (packed strings): the slot lets go of them
-    once it hands them to the writer, which writes them ahead of the queue, so each is freed
-    as soon as it is written rather than when the save ends (a 1 GB frame's strings make
-    125 MB of them)."""
-    held = [memoryview(data)]
+    ``made``: bytes made for this save alone (packed strings). The slot lets go of them once
+    it hands them to the writer, which writes them ahead of the queue, so each is freed as
+    soon as it is written rather than when the save ends (a 1 GB frame's strings make
+    125 MB of them).
+    """
+    nbytes, held = len(view), [view]
 
     def make() -> Slot:
-        spec = BufferSpec(kind, "cpu", len(data), None)
-        return Slot(spec, lambda sink: sink.cached(key) or sink.add_host(key, owner, held.pop(), made=True))
+        spec = BufferSpec(kind, "cpu", nbytes, None)
+        return Slot(spec, lambda sink: sink.cached(key) or sink.add_host(key, owner, held.pop(), made))
 
     return cast(Slot, out.memo(key, owner, make))
 

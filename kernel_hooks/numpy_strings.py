@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .arrays import INLINE_BYTES, OutOfBand, Reduction, transient_slot
+from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot
 
 STRINGS_PER_RUN = 1 << 16
 """Strings joined into one run."""
@@ -104,9 +104,10 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
             joined = _SEP.join(items)
         data: Any = joined.encode("utf-8", "surrogatepass")
         if len(data) >= INLINE_BYTES:
-            data = transient_slot(out, (KIND, id(run.flat), run.start), run.flat, KIND, data)
+            data = host_slot(out, (KIND, id(run.flat), run.start), run.flat, KIND, memoryview(data), made=True)
         if codes is not None and len(codes) >= INLINE_BYTES:
-            codes = transient_slot(out, ("codes", id(run.flat), run.start), run.flat, "numpy", codes)
+            codes = host_slot(out, ("codes", id(run.flat), run.start), run.flat, "numpy", memoryview(codes),
+                              made=True)
         return _strings, (data, positions, others, codes)
 
     return {_Run: reduce_run}
@@ -127,12 +128,9 @@ def _distinct(items: list[str]) -> tuple[list[str], bytes]:
     return values, np.fromiter(map(index.__getitem__, items), dtype=np.uint16, count=len(items)).tobytes()
 
 
-def decode(memory: Any) -> np.ndarray:
-    """A run read back into ``memory``, as an object array of its strings."""
-    return _split(memory)
-
-
-def _split(run: Any) -> np.ndarray:
+def decode(run: Any) -> np.ndarray:
+    """A run (read back out of band, or bytes kept in the pickle) as an object array of its
+    strings."""
     items = str(run, "utf-8", "surrogatepass").split(_SEP)
     # from an iterator: from the list itself took twice as long (numpy inspects every
     # element of a sequence it is given)
@@ -143,7 +141,7 @@ def _strings(data: Any, positions: list[int], others: list[Any], codes: Any = No
     """A run's strings: ``data`` decoded already (out of band, :func:`decode`) or bytes
     (kept in the pickle), spread by ``codes`` where each string was stored once, with the
     elements set aside put back."""
-    items = data if isinstance(data, np.ndarray) else _split(data)
+    items = data if isinstance(data, np.ndarray) else decode(data)
     if codes is not None:
         items = items[np.frombuffer(codes, dtype=np.uint16)]
     for position, value in zip(positions, others, strict=True):
@@ -152,7 +150,7 @@ def _strings(data: Any, positions: list[int], others: list[Any], codes: Any = No
 
 
 def _unpack(shape: tuple[int, ...], order: Order, runs: list[np.ndarray], writeable: bool) -> np.ndarray:
-    flat = np.concatenate(runs) if runs else np.empty(0, dtype=object)
+    flat = np.concatenate(runs)
     if flat.size != math.prod(shape):
         raise ValueError(f"packed strings hold {flat.size} elements, not {math.prod(shape)}")
     arr = flat.reshape(shape, order=order)

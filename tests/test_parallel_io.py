@@ -15,11 +15,11 @@ def test_made_bytes_are_written_ahead_of_a_busy_queue():
     io = ParallelIO(2)
     gate = threading.Event()
     try:
-        for _ in range(6):  # both workers busy and four more queued behind them
-            io.submit(gate.wait, nbytes=PART)
+        # both workers busy and four more queued behind them
+        bulk = [io.submit(gate.wait, nbytes=PART) for _ in range(6)]
         ahead = io.submit(lambda: "written", nbytes=PART, ahead=True)
         assert ahead.result(timeout=30) == "written"
-        assert not gate.is_set()
+        assert not any(job.done() for job in bulk)
     finally:
         gate.set()
         io.close()

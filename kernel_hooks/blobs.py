@@ -65,6 +65,8 @@ strings of a 1 GB frame queued up to 98 MB."""
 _HEX = frozenset("0123456789abcdef")
 
 Progress = Callable[[int], None]
+Claimed = tuple[list[str], list[tuple[str, bytes, memoryview]]]
+"""Chunk hashes of a view, and the new chunks among them as (hash, digest, bytes)."""
 
 
 def digest_of(data: memoryview | bytes) -> str:
@@ -274,6 +276,11 @@ class BlobWriter:
     def store(self, view: memoryview, pack: Pack | None = None, chunk: int = 0) -> list[str]:
         """Hash ``view``'s chunks (of ``chunk`` bytes, by default the store's) and append
         those not stored yet to ``pack`` (by default this thread's); returns their hashes."""
+        return self.write(self.claim(view, chunk), pack)
+
+    def claim(self, view: memoryview, chunk: int = 0) -> Claimed:
+        """The first half of :meth:`store`: hash ``view``'s chunks and claim those not
+        stored yet, which the caller then passes to :meth:`write`."""
         chunk = chunk or self.blobs.chunk_bytes
         hashes: list[str] = []
         fresh: list[tuple[str, bytes, memoryview]] = []
@@ -283,6 +290,12 @@ class BlobWriter:
             hashes.append(digest.hex())
             if self._claim(hashes[-1], len(part)):
                 fresh.append((hashes[-1], digest, part))
+        return hashes, fresh
+
+    def write(self, claimed: Claimed, pack: Pack | None = None) -> list[str]:
+        """The second half of :meth:`store`: append the chunks ``claimed`` found new;
+        returns the hashes of all."""
+        hashes, fresh = claimed
         if fresh:
             self._append(fresh, pack)
         return hashes

@@ -34,8 +34,8 @@ from .signing import SigningKey
 
 FORMAT_VERSION = 4
 """4: each run of strings pickled with its own set-aside elements, repeated strings stored
-once with codes; 3: string arrays as
-``strings`` buffers; 2: chunks packed into blobs, located by extents; 1: a blob per chunk."""
+once with codes; 3: string arrays as ``strings`` buffers; 2: chunks packed into blobs,
+located by extents; 1: a blob per chunk."""
 MANIFEST = "manifest.json"
 _ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")
 _OWNER_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,63}")

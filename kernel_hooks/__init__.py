@@ -2,32 +2,44 @@
 
 Load it in a kernel with ``%load_ext kernel_hooks`` (kernelspecs installed by
 ``jupyter gpuckpt install-kernelspec`` do this at start-up), then use ``%gpuckpt``. The
-server side calls the Python API below. This package imports nothing from
-``jupyter_gpuckpt`` and loads numpy, torch, cupy or jax support only when the user's code
-has imported them.
+server side calls it through a comm (:mod:`.ipython.server_calls`). This package imports
+nothing from ``jupyter_gpuckpt``; the store it writes to is ``gpuckpt_store``, shared with
+the server. Importing it loads nothing else: the names below are imported on first use, and
+numpy, torch, cupy or jax support only when the user's code has imported them.
+
+Parts: :mod:`.saving` and :mod:`.restoring` (the API), :mod:`.codecs` (pickling, array
+and tensor buffers), :mod:`.blobs` (chunked, hashed, parallel I/O), :mod:`.state` (session,
+cells, RNG, environment, devices), :mod:`.ipython` (magic and server calls).
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from .errors import CheckpointError, IncompatibleError, IntegrityError, RestoreError, SaveError
-from .listing import CheckpointInfo, list_checkpoints
-from .report import RestoreReport, SaveResult, SkippedVariable
-from .restoring import restore_checkpoint
-from .saving import save_checkpoint
-from .session import KernelSession, current
-from .store import CheckpointStore
+_API = {
+    "save_checkpoint": ".saving", "restore_checkpoint": ".restoring",
+    "SaveResult": ".report", "RestoreReport": ".report", "SkippedVariable": ".report", "RebuildResult": ".report",
+    "KernelSession": ".state.session", "current": ".state.session",
+    "CheckpointError": ".errors", "SaveError": ".errors", "RestoreError": ".errors", "IntegrityError": ".errors",
+    "IncompatibleError": ".errors", "CheckpointNotFound": ".errors",
+    "CheckpointStore": "gpuckpt_store", "CheckpointInfo": "gpuckpt_store", "list_checkpoints": "gpuckpt_store",
+}
+__all__ = [*sorted(_API), "load_ipython_extension"]
 
-__all__ = [
-    "CheckpointError", "CheckpointInfo", "CheckpointStore", "IncompatibleError", "IntegrityError",
-    "KernelSession", "RestoreError", "RestoreReport", "SaveError", "SaveResult", "SkippedVariable",
-    "list_checkpoints", "load_ipython_extension", "restore_checkpoint", "save_checkpoint",
-]
+
+def __getattr__(name: str) -> Any:
+    module = _API.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Called by ``%load_ext kernel_hooks``: register ``%gpuckpt`` and note the baseline."""
-    from .magics import CheckpointMagics
+    """Called by ``%load_ext kernel_hooks``: register ``%gpuckpt`` and the server's comm."""
+    from .ipython.magics import CheckpointMagics
+    from .ipython.server_calls import register
+    from .state.session import current
 
     ipython.register_magics(CheckpointMagics(ipython, current()))
+    register(ipython)

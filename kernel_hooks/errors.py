@@ -1,26 +1,15 @@
-"""The one exception family of the in-kernel side.
+"""The exceptions of the in-kernel side: the store's family, plus incompatibility.
 
-Every failure a user can meet while saving or restoring is a :class:`CheckpointError`
-subclass whose message says what went wrong and what was kept, so the magic can print it
-without a traceback and the server can forward it verbatim.
+Every failure a user can meet while saving or restoring is a ``CheckpointError`` whose
+message says what went wrong and what was kept (see ``gpuckpt_store.errors``).
 """
 
-
-class CheckpointError(Exception):
-    """Saving or restoring a checkpoint failed; nothing the user had was changed."""
-
-
-class SaveError(CheckpointError):
-    """A checkpoint could not be written; the kernel and the previous checkpoints are intact."""
-
-
-class RestoreError(CheckpointError):
-    """A checkpoint could not be restored; the checkpoint is kept and the namespace untouched."""
-
-
-class IntegrityError(RestoreError):
-    """A manifest's signature or a blob's hash did not verify, so nothing was unpickled."""
+from gpuckpt_store.errors import CheckpointError, CheckpointNotFound, IntegrityError, RestoreError, SaveError
 
 
 class IncompatibleError(RestoreError):
     """The checkpoint needs a Python, library or GPU that this kernel cannot offer."""
+
+
+__all__ = ["CheckpointError", "CheckpointNotFound", "IncompatibleError", "IntegrityError", "RestoreError",
+           "SaveError"]

@@ -5,6 +5,10 @@ and owner, the environment (Python and library versions), the GPUs, then every b
 hash as it is read. Buffers are read in parallel straight into their final memory (GPU
 memory through pinned staging), and only when everything has loaded is the namespace
 changed, so a failed restore leaves the kernel as it was and the checkpoint as it is.
+
+An object that fails to rebuild (its class changed, or its module is gone) costs only the
+variables built from it: the pickle is read again, losing those (see
+:mod:`.codecs.isolation`), and the report lists them with the cells that assigned them.
 """
 
 from __future__ import annotations
@@ -15,21 +19,23 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from typing import Any
 
-from . import devices, environment, kernel_state, pickling, rng
-from .blobs import DEVICE_CHUNK_BYTES, BufferRecord, ParallelIO
-from .buffers import BufferSource, Staging, host_memory
-from .errors import RestoreError
+from gpuckpt_store import BufferRecord, CheckpointStore, RestoreError
+
+from .blobs import DEVICE_CHUNK_BYTES, BlobStore, ParallelIO
+from .blobs.buffers import BufferSource, Staging, host_memory
+from .codecs import pickling
 from .report import RestoreReport, SkippedVariable
-from .session import KernelSession, current
-from .store import CheckpointStore
+from .state import devices, environment, kernel_state, rng
+from .state.history import cells_assigning
+from .state.session import KernelSession, current
 
 ProgressCallback = Callable[[int, int], None]
 
 
-def _read_pickle(store: CheckpointStore, manifest: dict[str, Any], io: ParallelIO) -> Loading:
+def _read_pickle(blobs: BlobStore, manifest: dict[str, Any], io: ParallelIO) -> Loading:
     record = BufferRecord.from_json(manifest["pickle"])
     data = memoryview(host_memory(record.nbytes))
-    return data, BufferSource(store.blobs, io).load_host(record, data, "the namespace pickle")
+    return data, BufferSource(blobs, io).load_host(record, data, "the namespace pickle")
 
 
 Loading = tuple[Any, list[Future[None]]]
@@ -43,6 +49,21 @@ def _when_read(loading: list[Loading]) -> Iterator[Any]:
         for read in reads:
             read.result()
         yield buffer.result() if isinstance(buffer, _Decoding) else buffer
+
+
+class _Replayable:
+    """The buffers, each kept once the unpickler has taken it, so that a second pass
+    (see :func:`_unpickle`) can take them all again."""
+
+    def __init__(self, buffers: Iterator[Any]) -> None:
+        self._buffers = buffers
+        self._taken: list[Any] = []
+
+    def __iter__(self) -> Iterator[Any]:
+        yield from self._taken
+        for buffer in self._buffers:
+            self._taken.append(buffer)
+            yield buffer
 
 
 class _Decoding:
@@ -71,12 +92,12 @@ class _Decoding:
         return self._value
 
 
-def _load_buffers(store: CheckpointStore, manifest: dict[str, Any], io: ParallelIO) -> list[Loading]:
+def _load_buffers(blobs: BlobStore, manifest: dict[str, Any], io: ParallelIO) -> list[Loading]:
     """Queue the reads of every buffer. Host buffers come first, into fresh memory that
     needs no library, so the disk reads them while the libraries that wrap them (torch:
     seconds) import; of those, the buffers decoded on the CPU lead (see :class:`_Decoding`).
     Device buffers follow through pinned staging."""
-    source = BufferSource(store.blobs, io)
+    source = BufferSource(blobs, io)
     entries: list[dict[str, Any]] = manifest["buffers"]
     for entry in entries:
         kind, device = entry["kind"], entry["device"]
@@ -129,9 +150,33 @@ them (``from_host``)."""
 def _module(kind: str) -> Any:
     """The support module for ``kind``, imported only now (it imports the library)."""
     try:
-        return importlib.import_module(f".{_MODULES[kind]}", __package__)
+        return importlib.import_module(f"{__package__}.codecs.{_MODULES[kind]}")
     except ImportError as e:
         raise RestoreError(f"the checkpoint holds {kind} data but {kind} cannot be imported: {e}") from e
+
+
+def _unpickle(data: Any, buffers: _Replayable) -> tuple[list[Any], dict[str | None, str]]:
+    """The ``(name, value)`` tuples and, for the variables lost, why: the C unpickler first
+    and, only if an object fails to rebuild, the isolating one, which loses just the
+    variables that depend on it.
+
+    If the isolating pass fails too (the pickle itself is at fault) or loses the RNG states,
+    the first error is raised: nothing is restored, as when any other step fails.
+    """
+    try:
+        return pickling.load(data, buffers), {}
+    except (RestoreError, OSError):  # a buffer could not be read: reading again cannot help
+        raise
+    except Exception as first:
+        try:
+            variables, lost = pickling.load_isolated(data, buffers)
+        except (RestoreError, OSError):
+            raise
+        except Exception:
+            raise first from None
+        if None in lost:
+            raise first from None
+        return variables, lost
 
 
 def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | None = None, *,
@@ -149,6 +194,13 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
         Where to read; the current user's default store if omitted.
     progress
         ``progress(bytes_done, bytes_total)``, called from I/O threads.
+    session
+        The process's :class:`KernelSession`: it keeps the report, for ``%gpuckpt rebuild``.
+
+    Returns
+    -------
+    The report: what came back, and what did not (not saved, or not rebuilt here) with
+    the cells that assigned it.
 
     Raises
     ------
@@ -171,14 +223,15 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
         if progress is not None:
             progress(done[0], total)
 
-    io = ParallelIO(store.blobs.read_workers, on_bytes)
+    blobs = BlobStore(store.blobs_dir)
+    io = ParallelIO(blobs.read_workers, on_bytes)
     try:
-        data, reads = _read_pickle(store, manifest, io)
-        buffers = _load_buffers(store, manifest, io)
+        data, reads = _read_pickle(blobs, manifest, io)
+        buffers = _load_buffers(blobs, manifest, io)
         for read in reads:
             read.result()
         _decode_early(buffers)
-        payload = pickling.load(data, _when_read(buffers))
+        payload, lost = _unpickle(data, _Replayable(_when_read(buffers)))
         io.wait()
     except RestoreError:
         raise
@@ -201,8 +254,25 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
         SkippedVariable(v["name"], v["type"], v["reason"], v["cells"])
         for v in manifest["variables"] if v["status"] == "skipped"
     ]
-    return RestoreReport(
+    report = RestoreReport(
         id=checkpoint_id, restored=[name for name, _ in variables], nbytes=total,
-        skipped=skipped, warnings=warnings, seconds=time.perf_counter() - started,
+        skipped=skipped, lost=_lost(manifest, state, lost), warnings=warnings,
+        # IPython's Out is not saved: it would keep every output alive
+        had_outputs=state.outputs > 0, seconds=time.perf_counter() - started,
     )
+    session.restored(report)
+    return report
+
+
+def _lost(manifest: dict[str, Any], state: kernel_state.KernelState, reasons: dict[str | None, str]
+          ) -> list[SkippedVariable]:
+    """The variables saved but not rebuilt, in the checkpoint's order, with the cells that
+    assigned them."""
+    if not reasons:
+        return []  # the usual case: no need to parse the history
+    cells = cells_assigning(state.history, [name for name in reasons if name is not None])
+    return [
+        SkippedVariable(v["name"], v["type"], f"could not be rebuilt: {reasons[v['name']]}", cells[v["name"]])
+        for v in manifest["variables"] if v["status"] == "saved" and v["name"] in reasons
+    ]
 

@@ -14,17 +14,17 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from . import devices, environment, kernel_state, rng
-from .arrays import OutOfBand
-from .blobs import PICKLE_CHUNK_BYTES, BlobWriter, BufferRecord, ParallelIO, PickleStream
-from .buffers import BufferSink
-from .errors import SaveError
-from .history import cells_assigning
-from .namespace import user_variables
-from .pickling import NamespacePickler, Variable, probe
-from .report import SaveResult, SkippedVariable
-from .session import KernelSession, current
-from .store import FORMAT_VERSION, CheckpointStore
+from gpuckpt_store import FORMAT_VERSION, BufferRecord, CheckpointStore, SaveError, SaveJournal, collect_leftovers
+
+from .blobs import PICKLE_CHUNK_BYTES, BlobStore, BlobWriter, ParallelIO, PickleStream
+from .blobs.buffers import BufferSink
+from .codecs.arrays import OutOfBand
+from .codecs.pickling import NamespacePickler, Variable, probe
+from .report import SaveResult, SkippedVariable, error_text
+from .state import devices, environment, kernel_state, rng
+from .state.history import cells_assigning
+from .state.namespace import user_variables
+from .state.session import KernelSession, current
 
 ProgressCallback = Callable[[int, "int | None"], None]
 """``progress(bytes_done, bytes_total)``; the total is None until pickling has finished."""
@@ -33,11 +33,6 @@ ProgressCallback = Callable[[int, "int | None"], None]
 def _type_name(value: Any) -> str:
     kind = type(value)
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-
-
-def _reason(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}"
-    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class _Pass:
@@ -90,10 +85,10 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
             except Exception as e:
                 current.stream.discard()
                 if current.stream.error is not None or len(passes) > 2:
-                    raise SaveError(f"checkpoint failed while writing the namespace: {_reason(e)}") from e
-                found = probe(namespace, todo, _reason)
+                    raise SaveError(f"checkpoint failed while writing the namespace: {error_text(e)}") from e
+                found = probe(namespace, todo, error_text)
                 if not found:
-                    raise SaveError(f"checkpoint failed while pickling: {_reason(e)}") from e
+                    raise SaveError(f"checkpoint failed while pickling: {error_text(e)}") from e
                 failures.update(found)
         total[0] = sum(spec.nbytes for spec in current.out.specs)
         pickle_hashes = current.stream.finish()
@@ -138,12 +133,27 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
     session = session or current()
     store = store or CheckpointStore()
     store.prepare()
-    store.clean_stale()
+    collect_leftovers(store)
+    try:
+        journal = SaveJournal(store)
+    except OSError as e:
+        raise SaveError(f"cannot start a checkpoint in {store.base}: {e.strerror or e}") from e
+    try:
+        return _save(shell, store, journal, session, started, progress,
+                     {"kernel_id": kernel_id, "kernelspec": kernelspec, "notebook": notebook})
+    finally:
+        journal.close()
+
+
+def _save(shell: Any, store: CheckpointStore, journal: SaveJournal, session: KernelSession, started: float,
+          progress: ProgressCallback | None, labels: dict[str, str | None]) -> SaveResult:
+    """The save itself, while ``journal`` notes the blobs it publishes."""
     namespace = shell.user_ns
     variables = user_variables(namespace, shell.user_ns_hidden)
     state = kernel_state.capture(shell, session.baseline)
     rng_states = rng.capture()
-    writer = BlobWriter(store.blobs, store.chunk_locations())
+    blobs = BlobStore(store.blobs_dir)
+    writer = BlobWriter(blobs, store.chunk_locations(), journal)
     done = [0]
     total: list[int | None] = [None]
 
@@ -152,7 +162,7 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
         if progress is not None:
             progress(done[0], total[0])
 
-    io = ParallelIO(store.blobs.workers, on_bytes)
+    io = ParallelIO(blobs.workers, on_bytes)
     try:
         done_pass, failures, records, pickle_record = _write_namespace(
             store, BufferSink(writer, io), namespace, variables, rng_states, total)
@@ -167,9 +177,7 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
             "id": checkpoint_id,
             "parent": session.last_checkpoint,
             "owner": store.owner,
-            "kernel_id": kernel_id,
-            "kernelspec": kernelspec,
-            "notebook": notebook,
+            **labels,
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "execution_count": state.execution_count,
             "kernel": state.to_json(),

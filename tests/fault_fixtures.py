@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kernel_hooks.signing import SigningKey
+from gpuckpt_store import SigningKey
 
 OWNER = getpass.getuser()
 ID_RE = re.compile(r"\d{8}-\d{6}-[0-9a-f]{8}")

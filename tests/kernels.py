@@ -13,7 +13,7 @@ from typing import Any
 
 from jupyter_client.manager import KernelManager
 
-from kernel_hooks.signing import SigningKey
+from gpuckpt_store import SigningKey
 
 
 @dataclass

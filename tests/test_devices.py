@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from kernel_hooks.blobs import BlobStore, BlobWriter, ParallelIO
-from kernel_hooks.buffers import BufferSink, BufferSource, Staging, StagingSlot
-from kernel_hooks.devices import check
+from kernel_hooks.blobs.buffers import BufferSink, BufferSource, Staging, StagingSlot
 from kernel_hooks.errors import IncompatibleError
+from kernel_hooks.state.devices import check
 
 GIB = 1 << 30
 

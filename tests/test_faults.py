@@ -16,6 +16,7 @@ from pathlib import Path
 from fault_fixtures import (
     Tmpfs,
     error_of,
+    load_manifest,
     owner_dir,
     published_ids,
     temp_files,
@@ -23,6 +24,8 @@ from fault_fixtures import (
 )
 from kernels import Kernel, KernelFactory, Outcome
 from packaging.version import Version
+
+from gpuckpt_store.records import referenced_blobs
 
 FIRST = "import numpy as np\nsmall = np.arange(100_000)\nnote = 'first'"
 FIRST_VALUES = "(note, int(small.sum()), small.shape)"
@@ -76,10 +79,15 @@ def test_sigkill_mid_save_keeps_previous_checkpoint(kernels):
     assert leftovers, "a save killed mid-write leaves temporary files for cleanup to find"
     assert published_ids(store) == [first]
 
+    published = new_blobs()
+    assert published, "the killed save had published blobs that no manifest names"
     fresh = assert_first_restores(kernels, first)
     second = fresh.save()
     assert temp_files(store, pid) == [], "the next save removes the dead kernel's temp files"
     assert published_ids(store) == sorted([first, second])
+    # and the blobs it had published: nothing is left that no checkpoint needs
+    named = {b for c in (first, second) for b in referenced_blobs(load_manifest(store, c))}
+    assert set(os.listdir(blobs)) == named, f"{len(set(os.listdir(blobs)) - named)} unreferenced blobs stay"
 
 
 def fill_the_disk(tmpfs: Tmpfs, kernels: KernelFactory) -> tuple[Kernel, str, set[str], str]:

@@ -274,7 +274,7 @@ def test_id_with_trailing_newline_is_malformed(kernel):
 
 
 def _load_key(path: str, start: Any, results: Any) -> None:
-    from kernel_hooks.signing import SigningKey
+    from gpuckpt_store import SigningKey
 
     start.wait()
     try:

@@ -8,7 +8,7 @@ import random
 import threading
 
 from kernel_hooks.blobs import CHUNK_BYTES, LANE_BYTES, BlobStore, BlobWriter, Pack, ParallelIO, digest_of
-from kernel_hooks.buffers import BufferSink
+from kernel_hooks.blobs.buffers import BufferSink
 
 PART = 4 << 20
 

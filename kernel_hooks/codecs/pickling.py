@@ -10,7 +10,9 @@ classes defined in the notebook by value) in three ways:
   variable it is in: that attributes buffers and bytes to variables, and names the
   variable that made pickling fail.
 
-Everything is pickled once, so objects shared between variables stay shared.
+Everything is pickled once, so objects shared between variables stay shared. If some
+object then fails to rebuild, :func:`load_isolated` loses only the variables built from it
+(see :mod:`.isolation`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 
 import cloudpickle
 
+from . import isolation
 from .arrays import OutOfBand
 
 
@@ -284,3 +287,15 @@ def load(data: bytes | bytearray | memoryview, buffers: Iterable[Any]) -> Any:
     """
     with _gc_paused():
         return pickle.loads(data, buffers=buffers)
+
+
+def load_isolated(data: bytes | bytearray | memoryview, buffers: Iterable[Any]
+                  ) -> tuple[list[tuple[str | None, Any]], dict[str | None, str]]:
+    """Unpickle a namespace pickle as :func:`load` does, losing only the variables that
+    depend on an object that fails to rebuild: for when :func:`load` has failed, since it
+    runs the pure-Python unpickler (see :mod:`.isolation`).
+
+    Returns the ``(name, value)`` tuples kept and, for each variable lost, why.
+    """
+    with _gc_paused():
+        return isolation.load(data, buffers, _variable)

@@ -12,7 +12,7 @@ import importlib.util
 import sys
 from typing import Any
 
-from .errors import IncompatibleError
+from ..errors import IncompatibleError
 
 _GIB = 1 << 30
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
-from .buffers import BufferSink, PendingBuffer, Staging, StagingSlot
+from ..blobs.buffers import BufferSink, PendingBuffer, Staging, StagingSlot
 
 INLINE_BYTES = 64 << 10
 """Buffers smaller than this stay inside the pickle: a blob each would cost more."""

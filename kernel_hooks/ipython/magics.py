@@ -1,7 +1,8 @@
-"""The ``%gpuckpt`` line magic (contract): ``save``, ``restore ID`` and ``list``.
+"""The ``%gpuckpt`` line magic (contract): ``save``, ``restore ID``, ``list`` and ``rebuild``.
 
 ``save`` prints the new checkpoint id on its last line; ``restore`` prints the report;
-errors are shown as one clear line (no traceback) and fail the cell.
+``rebuild`` re-runs the cells that assigned what the last restore left out, and says which.
+Errors are shown as one clear line (no traceback) and fail the cell.
 """
 
 from __future__ import annotations
@@ -10,19 +11,20 @@ import argparse
 import shlex
 import threading
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
 
-from .errors import CheckpointError
-from .listing import format_table, list_checkpoints
-from .report import human_bytes
-from .restoring import restore_checkpoint
-from .saving import save_checkpoint
-from .session import KernelSession
-from .store import CheckpointStore
+from gpuckpt_store import CheckpointError, CheckpointStore, format_table, human_bytes, list_checkpoints
+
+from ..rebuilding import rebuild
+from ..restoring import restore_checkpoint
+from ..saving import save_checkpoint
+from ..state.session import KernelSession
+
+USAGE = "usage: %gpuckpt save | restore ID | list | rebuild [--store DIR]"
 
 
 class _ProgressLine:
@@ -53,17 +55,25 @@ class _ProgressLine:
             self.handle.update({"text/plain": f"{self.verb}: done"}, raw=True)
 
 
+class _Parser(argparse.ArgumentParser):
+    """Raises a one-line UsageError where argparse would print to stderr and exit."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message}; {USAGE}")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="%gpuckpt", add_help=False,
-                                     description="Save and restore this kernel's state.")
+    parser = _Parser(prog="%gpuckpt", add_help=False, description="Save and restore this kernel's state.")
     commands = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (("save", "checkpoint this kernel; prints the new id last"),
                            ("restore", "restore a checkpoint into this kernel"),
-                           ("list", "list checkpoints")):
+                           ("list", "list checkpoints"),
+                           ("rebuild", "re-run the cells that assigned what the last restore left out")):
         command = commands.add_parser(name, help=helptext, add_help=False)
         if name == "restore":
             command.add_argument("id", help="checkpoint id")
-        command.add_argument("--store", help="store folder (default: your Jupyter data dir)")
+        if name != "rebuild":
+            command.add_argument("--store", help="store folder (default: your Jupyter data dir)")
     return parser
 
 
@@ -78,12 +88,14 @@ class CheckpointMagics(Magics):
 
     @line_magic
     def gpuckpt(self, line: str) -> None:
-        """%gpuckpt save|restore ID|list [--store DIR]: checkpoint this kernel's state."""
-        try:
-            args = self.parser.parse_args(shlex.split(line))
-        except SystemExit:
-            raise UsageError(f"usage: {self.parser.format_usage().strip()}  "
-                             "(%gpuckpt save | restore ID | list) [--store DIR]") from None
+        """%gpuckpt save | restore ID | list | rebuild [--store DIR]: checkpoint this kernel's state."""
+        args = self.parser.parse_args(shlex.split(line))
+        if args.command == "rebuild":
+            rebuilt = rebuild(self.shell, self.session)
+            if rebuilt.failed is not None:
+                raise UsageError(rebuilt.summary())
+            print(rebuilt.summary())
+            return
         store = CheckpointStore(args.store) if args.store else CheckpointStore()
         try:
             if args.command == "save":

@@ -15,7 +15,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from .blobs import SEGMENT_BYTES, BlobStore, BlobWriter, BufferRecord, ParallelIO, Piece
+from gpuckpt_store import BufferRecord, Piece
+
+from .folder import BlobStore
+from .parallel import ParallelIO
+from .sizes import SEGMENT_BYTES
+from .writer import BlobWriter
 
 
 def host_memory(nbytes: int) -> mmap.mmap | bytearray:

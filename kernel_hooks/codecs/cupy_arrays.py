@@ -14,9 +14,11 @@ import cupy
 import cupyx
 import numpy as np
 
+from gpuckpt_store import BufferRecord
+
+from ..blobs import DEVICE_CHUNK_BYTES
+from ..blobs.buffers import BufferSource, Staging, StagingSlot
 from .arrays import INLINE_BYTES, OutOfBand, Reduction, staged_slot
-from .blobs import DEVICE_CHUNK_BYTES, BufferRecord
-from .buffers import BufferSource, Staging, StagingSlot
 
 STAGING_SLOTS = 8
 _runtime = cupy.cuda.runtime

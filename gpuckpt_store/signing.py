@@ -15,8 +15,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from .blobs import fsync_dir
 from .errors import IntegrityError
+from .files import fsync_dir
 
 SIGNATURE_FIELD = "signature"
 _SCHEME = "hmac-sha256"

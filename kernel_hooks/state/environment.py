@@ -17,7 +17,7 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from .errors import IncompatibleError
+from ..errors import IncompatibleError
 
 
 def _provided(dist: metadata.Distribution, roots: set[str]) -> set[str]:

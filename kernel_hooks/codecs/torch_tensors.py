@@ -15,9 +15,11 @@ from typing import Any
 
 import torch
 
+from gpuckpt_store import BufferRecord
+
+from ..blobs import DEVICE_CHUNK_BYTES
+from ..blobs.buffers import BufferSource, Staging, StagingSlot
 from .arrays import INLINE_BYTES, OutOfBand, Reduction, host_slot, staged_slot
-from .blobs import DEVICE_CHUNK_BYTES, BufferRecord
-from .buffers import BufferSource, Staging, StagingSlot
 
 STAGING_SLOTS = 8
 

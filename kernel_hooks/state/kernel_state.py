@@ -36,6 +36,8 @@ class KernelState:
     path_prepended: list[str]
     env_set: dict[str, str]
     env_unset: list[str]
+    outputs: int = 0
+    """Cells whose result is in ``Out``, which is not saved (0 in older checkpoints)."""
 
     @property
     def next_cell(self) -> int:
@@ -63,6 +65,7 @@ def capture(shell: Any, baseline: Baseline) -> KernelState:
         env_set={k: v for k, v in os.environ.items()
                  if baseline.environ.get(k) != v and k not in _LAUNCH_ONLY},
         env_unset=[k for k in baseline.environ if k not in os.environ and k not in _LAUNCH_ONLY],
+        outputs=len(shell.history_manager.output_hist),
     )
 
 

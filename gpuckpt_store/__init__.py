@@ -1,0 +1,22 @@
+"""The checkpoint store, shared by both sides: layout, manifests, signing, listing, deleting
+and garbage collection.
+
+The in-kernel engine (``kernel_hooks``) writes and reads checkpoints through it; the server
+(``jupyter_gpuckpt``) lists and deletes them through it and never imports the engine. It
+needs nothing beyond the standard library and ``jupyter_core``.
+"""
+
+from .collect import SaveJournal, collect_garbage, collect_leftovers
+from .errors import CheckpointError, CheckpointNotFound, IntegrityError, RestoreError, SaveError
+from .layout import default_key_path, default_root, is_checkpoint_id, shown
+from .listing import CheckpointInfo, format_table, human_bytes, list_checkpoints
+from .records import BufferRecord, Piece
+from .signing import SigningKey
+from .store import FORMAT_VERSION, CheckpointStore, writable_problem
+
+__all__ = [
+    "FORMAT_VERSION", "BufferRecord", "CheckpointError", "CheckpointInfo", "CheckpointNotFound", "CheckpointStore",
+    "IntegrityError", "Piece", "RestoreError", "SaveError", "SaveJournal", "SigningKey", "collect_garbage",
+    "collect_leftovers", "default_key_path", "default_root", "format_table", "human_bytes", "is_checkpoint_id",
+    "list_checkpoints", "shown", "writable_problem",
+]

@@ -1,0 +1,30 @@
+"""Sizes that shape a save and a restore, each with the measurement that chose it."""
+
+CHUNK_BYTES = 256 << 10
+"""Hash and deduplication granularity. A contiguous change of L bytes rewrites about L plus
+one chunk: with 256 KiB chunks a 1% change of workload (d) in benchmarks/bench_peers.py (four
+columns of a 1 GB frame) rewrites 1.4% of it, with 2 MiB chunks it rewrote 6.7%."""
+PICKLE_CHUNK_BYTES = 16 << 10
+"""Chunk size of the namespace pickle: changing 1% of 25,000 small objects changes a run of
+the pickle (15 kB of 2.9 MB) that chunks of 256, 64 and 16 KiB made 18%, 4.5% and 1.1% of
+it to rewrite (benchmarks/bench_peers.py, (c)); its hashes add 0.4% to the manifest."""
+SEGMENT_BYTES = 8 << 20
+"""What one I/O task hashes and writes (or reads and verifies): big enough that the thread
+pool's overhead is small, small enough that four threads share a buffer of a few MB."""
+DEVICE_CHUNK_BYTES = SEGMENT_BYTES
+"""Size of the pinned host staging slots that device (GPU) buffers move through."""
+PACK_BYTES = 128 << 20
+"""A pack is published (synced and named) once this big, so a long save publishes as it
+goes and garbage collection can free space in pieces of this size."""
+ALIGN = 4096
+"""Appends to a pack start at multiples of this, so restores can read with ``O_DIRECT``."""
+WRITEBACK_WINDOW = 32 << 20
+"""Bytes behind a pack's end whose cached pages are dropped at each append."""
+DEFAULT_WORKERS = 4
+"""I/O threads of a save: hashing keeps them busy, more than cores gain nothing."""
+READ_WORKERS = 8
+"""I/O threads of a restore: they mostly wait for the disk, and more reads in flight kept it
+busier (a 0.76 GB torch model, 2 cores: 1.08 GB/s with 4 threads, 1.34 with 8)."""
+LANE_BYTES = 16 << 20
+"""Bytes made for a save (packed strings) that may wait to be written: without a bound, the
+strings of a 1 GB frame queued up to 98 MB."""

@@ -1,0 +1,1 @@
+"""The IPython side of the hooks: the ``%gpuckpt`` magic and the server's calls (a comm)."""

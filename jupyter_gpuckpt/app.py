@@ -1,26 +1,29 @@
-"""The server extension: settings, REST routes, the policy loop and the ledger."""
+"""The server extension: settings, REST routes, the policy loop, and the manager's wiring."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
-from traitlets import Bool, Float, Int, List, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Float, Int, List, Unicode, default
 
-from kernel_hooks.store import CheckpointStore, default_root
+from gpuckpt_store import default_root, writable_problem
 
 from . import events, metrics, policy
 from .gpus import GPUPool
 from .handlers import default_handlers
 from .ledger import Ledger
-from .manager import CheckpointManager
+from .manager import CheckpointManager, Settings
+from .tasks import BackgroundTasks
 from .websocket import SuspendAwareConnection
+
+KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
+"""jupyter_server's own event for kernels started, shut down ...: how we learn of shutdowns."""
 
 
 class GPUCheckpointApp(ExtensionApp):
@@ -41,7 +44,17 @@ class GPUCheckpointApp(ExtensionApp):
                                                        "when they ran something since; 0 turns it off.")
     keep_checkpoints = Int(5, config=True, help="Checkpoints kept per kernel; older ones are deleted. 0 keeps all.")
     policy_interval = Float(10.0, config=True, help="Seconds between policy passes.")
-    call_timeout = Float(600.0, config=True, help="Seconds a checkpoint or restore may take in the kernel.")
+    ready_timeout = Float(60.0, config=True, help="Seconds a kernel may take to answer the server, a relaunched "
+                                                  "one included, before the operation fails (and the kernel "
+                                                  "stays resumable).")
+    stall_timeout = Float(60.0, config=True, help="Seconds a checkpoint or restore may go without reporting "
+                                                  "progress (kernels report every 5 s at most while they work) "
+                                                  "before it fails.")
+    rebuild_skipped = CaselessStrEnum(
+        ["ask", "always", "never"], "ask", config=True,
+        help="What a resume does with variables it could not restore: 'ask' tells the user which cells "
+             "rebuild them (`%gpuckpt rebuild`, or the panel's button); 'always' re-runs those cells by "
+             "itself; 'never' only lists them.")
 
     @default("store_root")
     def _default_store_root(self) -> str:
@@ -52,18 +65,24 @@ class GPUCheckpointApp(ExtensionApp):
         return str(Path(jupyter_data_dir()) / "gpuckpt" / "ledger.json")
 
     def initialize_settings(self) -> None:
+        assert self.serverapp is not None, "settings are initialized once the server is linked"
         self.settings["gpuckpt_app"] = self
         self._use_suspend_aware_websockets()
         GPUPool.clear_instance()  # this server's inventory, read now
         GPUPool.instance(parent=self)
-        self.tasks: dict[str, asyncio.Task[Any]] = {}
-        assert self.serverapp is not None, "settings are initialized once the server is linked"
-        self.manager = CheckpointManager(self.serverapp.kernel_manager, Path(self.store_root),
-                                         Ledger(Path(self.ledger_path)), self.call_timeout, self.emit,
-                                         self.keep_checkpoints, self.serverapp.session_manager)
+        self.tasks = BackgroundTasks(self.log)
+        settings = Settings(Path(self.store_root), self.keep_checkpoints, self.ready_timeout, self.stall_timeout,
+                            self.rebuild_skipped)
+        self.manager = CheckpointManager(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
+                                         Ledger(Path(self.ledger_path)), self.emit, self.tasks)
         events.register_schemas(self.serverapp)
+        assert self.serverapp.event_logger is not None, "jupyter_server 2 always has one"
+        self.serverapp.event_logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
         self.metrics = metrics.track(self)
-        self._policy_task: asyncio.Task[None] | None = None
+        problem = writable_problem(Path(self.store_root))
+        if problem is not None:
+            self.log.warning("gpuckpt: %s: checkpoints and suspends will fail until it is fixed "
+                             "(GPUCheckpointApp.store_root; `jupyter gpuckpt doctor` checks it)", problem)
 
     def _use_suspend_aware_websockets(self) -> None:
         """Kernel websockets must survive a suspend and resume the kernel on execute.
@@ -85,13 +104,28 @@ class GPUCheckpointApp(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         await self.manager.reregister_suspended()
-        self._policy_task = asyncio.ensure_future(self._policy_loop())
+        self.tasks.start("policy loop", self._policy_loop())
 
     async def stop_extension(self) -> None:
-        for task in [self._policy_task, *self.tasks.values()]:
-            if task is not None:
-                task.cancel()
+        """The server stops: what is suspended stays in the ledger (the kernels jupyter_server
+        shuts down next are not forgotten), background work is cancelled and awaited."""
+        assert self.serverapp is not None and self.serverapp.event_logger is not None
+        self.serverapp.event_logger.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
+        await self.tasks.stop()
+        self.manager.watcher.close()
         self.metrics.stop()
+
+    async def _on_kernel_action(self, logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        """Follow every kernel from its start (its restarts, the cells it runs) and forget it
+        at its shutdown."""
+        kernel_id = data.get("kernel_id")
+        if not kernel_id or data.get("status") != "success":
+            return
+        assert self.serverapp is not None
+        if data.get("action") == "start" and kernel_id in self.serverapp.kernel_manager:
+            self.manager.record(str(kernel_id))
+        elif data.get("action") == "shutdown":
+            self.manager.forget(str(kernel_id))
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
         """Log a lifecycle event, count it in the metrics and send it to the event bus.
@@ -106,21 +140,21 @@ class GPUCheckpointApp(ExtensionApp):
         except Exception:  # a bad event must not break the kernel operation that reports it
             self.log.exception("gpuckpt could not emit %s event %s", event, data)
 
-    def store(self) -> CheckpointStore:
-        return CheckpointStore(self.store_root)
+    def start_operation(self, kernel_id: str, action: str, reason: str = "request") -> None:
+        """Run ``action`` on a kernel in the background (a ``202`` answer); a refusal lands in
+        the kernel's ``last_error``, where a client polling the kernel looks."""
+        operation = getattr(self.manager.operations, action)
 
-    def start_task(self, kernel_id: str, work: Coroutine[Any, Any, Any]) -> None:
-        """Run an operation in the background; its errors land in the kernel's last_error."""
         async def run() -> None:
             try:
-                await work
+                await operation(kernel_id, reason)
             except Exception as e:
-                # Refusals (wrong state, no gpuckpt kernelspec) happen before the operation
-                # records anything: keep them where a client polling the kernel looks.
-                message = str(getattr(e, "log_message", e))
-                self.manager.record(kernel_id).last_error = message
-                self.log.warning("gpuckpt operation on %s failed: %s", kernel_id, message)
-        self.tasks[kernel_id] = asyncio.ensure_future(run())
+                record = self.manager.records.get(kernel_id)
+                if record is not None:
+                    record.last_error = str(e)
+                raise
+
+        self.tasks.start(f"{action} {kernel_id}", run())
 
     # -- policy --------------------------------------------------------------------------
 
@@ -138,7 +172,8 @@ class GPUCheckpointApp(ExtensionApp):
     def policy_model(self) -> dict[str, Any]:
         return {**self.base_policy().__dict__, "exempt_kernels": list(self.exempt_kernels),
                 "exempt_kernelspecs": list(self.exempt_kernelspecs), "policy_interval": self.policy_interval,
-                "store_root": self.store_root}
+                "store_root": self.store_root, "rebuild_skipped": self.rebuild_skipped,
+                "store_problem": writable_problem(Path(self.store_root))}
 
     async def _policy_loop(self) -> None:
         while True:
@@ -146,21 +181,22 @@ class GPUCheckpointApp(ExtensionApp):
             await self.policy_pass()
 
     async def policy_pass(self) -> None:
-        """One pass: each kernel is decided and acted on independently."""
+        """One pass: each kernel is decided and acted on independently, with one GPU reading."""
         now = policy.now()
+        readings = GPUPool.instance().readings()
         assert self.serverapp is not None
         for kernel_id in list(self.serverapp.kernel_manager.list_kernel_ids()):
             try:
-                action = policy.decide(self.policy_for(kernel_id), self.manager.model(kernel_id), now)
+                action = policy.decide(self.policy_for(kernel_id), self.manager.model(kernel_id, readings), now)
                 if action == "suspend":
-                    await self.manager.suspend(kernel_id, reason="policy")
+                    await self.manager.operations.suspend(kernel_id, reason="policy")
                 elif action == "checkpoint":
-                    await self.manager.checkpoint(kernel_id, reason="periodic")
+                    await self.manager.operations.checkpoint(kernel_id, reason="periodic")
             except Exception:
                 self.log.exception("gpuckpt policy failed for kernel %s", kernel_id)
 
-    async def gpus_model(self) -> dict[str, Any]:
+    def gpus_model(self) -> dict[str, Any]:
         pool = GPUPool.instance()
         return {"node": socket.gethostname(),
-                "gpus": [{**g.to_json(), "kernel_id": pool.holders.get(g.uuid)} for g in pool.gpus],
+                "gpus": [{**g.to_json(), "kernel_id": pool.holders.get(g.uuid)} for g in pool.readings()],
                 "waiting": [{"kernel_id": k, "gpus": n} for k, n in pool.waiting.items()]}

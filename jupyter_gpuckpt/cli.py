@@ -14,15 +14,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kernel_hooks.listing import CheckpointInfo, format_table
-from kernel_hooks.report import human_bytes
+from gpuckpt_store import CheckpointInfo, format_table, human_bytes
 
 from . import doctor, kernelspec
 from .cli_client import CLIError, GPUCheckpointClient, find_server
 
 POLL_SECONDS = 0.3
-_SETTLED = {"checkpoint": "running", "suspend": "suspended", "resume": "running"}
-_DONE = {"checkpoint": "Checkpointed", "suspend": "Suspended", "resume": "Resumed"}
+_SETTLED = {"checkpoint": "running", "suspend": "suspended", "resume": "running", "rebuild": "running"}
+_DONE = {"checkpoint": "Checkpointed", "suspend": "Suspended", "resume": "Resumed", "rebuild": "Rebuilt"}
 _SPINNER = "|/-\\"
 
 
@@ -134,22 +133,32 @@ def _act_with_progress(client: GPUCheckpointClient, kernel_id: str, action: str)
 
 
 def _result_lines(action: str, kernel_id: str, model: dict[str, Any], seconds: float) -> list[str]:
+    if model.get("outcome", "done") != "done":  # nothing to do: say what was found
+        return [f"Kernel {kernel_id} is {model['outcome']}; nothing to {action}."]
+    if action == "rebuild":
+        return [f"{kernel_id}: {(model.get('rebuilt') or {}).get('text') or 'nothing to rebuild'}"]
     checkpoint = model.get("last_checkpoint") or {}
     size = human_bytes(checkpoint.get("bytes_total", 0))
     if action == "checkpoint":
         new = human_bytes(checkpoint.get("bytes_written", 0))
-        what = f"checkpoint {checkpoint.get('id')} ({size}, {new} new, {checkpoint.get('variables')} variables)"
+        count = checkpoint.get("variables")
+        what = f"checkpoint {checkpoint.get('id')} ({size}, {new} new, {count} variable{'' if count == 1 else 's'})"
     elif action == "suspend":
         what = f"checkpoint {checkpoint.get('id')} ({size}); its GPUs are free"
     else:
         what = f"restored from checkpoint {checkpoint.get('id')}"
     lines = [f"{_DONE[action]} {kernel_id} in {seconds:.1f} s: {what}."]
     if action == "resume":
-        lines += [str(model["notice"])] if model.get("notice") else []
+        report = model.get("report") or {}
+        lines.append(str(report.get("text") or ""))
+        if report.get("cells_to_rerun") and model.get("rebuild_skipped") == "ask":
+            lines.append(f"`jupyter gpuckpt rebuild {kernel_id[:8]}` re-runs them.")
     else:
         lines += [f"  not saved: {s.get('name')} ({s.get('type')}): {s.get('reason')}"
                   for s in checkpoint.get("skipped") or []]
-    return lines
+    if model.get("notice") and action == "suspend":
+        lines.append(str(model["notice"]))
+    return [line for line in lines if line]
 
 
 def cmd_operation(args: argparse.Namespace) -> int:
@@ -210,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "checkpoint").set_defaults(func=cmd_list)
     for action, help in (("checkpoint", "checkpoint a running kernel (it keeps running)"),
                          ("suspend", "checkpoint a kernel, end its process and free its GPUs"),
-                         ("resume", "start a suspended kernel again from its checkpoint")):
+                         ("resume", "start a suspended kernel again from its checkpoint"),
+                         ("rebuild", "re-run the cells that rebuild what its last restore could not bring back")):
         sub = commands.add_parser(action, parents=[server], help=help)
         sub.add_argument("kernel_id", metavar="KERNEL_ID", help="a kernel id, or a unique prefix of one")
         sub.add_argument("--no-wait", action="store_true", help="return once the server has started it")

@@ -19,11 +19,16 @@ from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_core.paths import jupyter_config_path
 from jupyter_server.extension.config import ExtensionConfigManager
 
-from kernel_hooks.errors import CheckpointError
-from kernel_hooks.listing import list_checkpoints
-from kernel_hooks.report import human_bytes
-from kernel_hooks.signing import SigningKey
-from kernel_hooks.store import CheckpointStore, default_key_path, default_root
+from gpuckpt_store import (
+    CheckpointError,
+    CheckpointStore,
+    SigningKey,
+    default_key_path,
+    default_root,
+    human_bytes,
+    list_checkpoints,
+    writable_problem,
+)
 
 from .cli_client import CLIError, GPUCheckpointClient, find_server
 from .gpus import read_inventory
@@ -141,13 +146,12 @@ def check_server(url: str | None, token: str | None) -> tuple[list[Check], dict[
 
 
 def check_store(root: Path) -> list[Check]:
+    problem = writable_problem(root)
+    if problem is not None:
+        return [Check("FAIL", "store", problem)]
     existing = root
-    while not existing.exists() and existing != existing.parent:
+    while not existing.exists():
         existing = existing.parent
-    if existing == root and not root.is_dir():
-        return [Check("FAIL", "store", f"{root} is not a directory")]
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return [Check("FAIL", "store", f"{existing} is not writable by this user, so {root} cannot be used")]
     free = shutil.disk_usage(existing).free
     where = str(root) if root.exists() else f"{root} (the first checkpoint creates it)"
     low = free < MIN_FREE_BYTES

@@ -11,8 +11,12 @@ configured on ``ServerApp.event_logger``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+Emit = Callable[[str, dict[str, Any]], None]
+"""``emit(event, data)``: how the manager reports each phase of each operation."""
 
 #: Every event the manager emits, by the name it passes to ``emit``.
 EVENTS = ("checkpoint", "suspend", "resume", "restore-after-failure")

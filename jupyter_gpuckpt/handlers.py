@@ -1,30 +1,56 @@
 """REST API (contract): ``/api/gpuckpt/...``, JSON, every route behind the authorizer.
 
 Long operations answer ``202`` with the kernel's model and report progress on the event
-stream; ``?wait=1`` waits and answers the result instead.
+stream; ``?wait=1`` waits and answers the result instead. The manager raises domain errors
+(``errors.py``, ``gpuckpt_store``); this module alone turns them into HTTP status codes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
-from kernel_hooks.errors import RestoreError
-from kernel_hooks.listing import list_checkpoints
-from kernel_hooks.store import CheckpointStore
+from gpuckpt_store import CheckpointError, CheckpointNotFound, is_checkpoint_id, shown
+
+from .errors import (
+    CheckpointInUse,
+    GPUCheckpointError,
+    KernelNotFound,
+    OperationFailed,
+    StoreUnavailable,
+    WrongState,
+)
 
 AUTH_RESOURCE = "kernels"
-_KERNEL_ID = re.compile(r"[0-9a-fA-F-]{1,64}")
+_KERNEL_ID = re.compile(r"[0-9a-fA-F-]{1,64}", re.ASCII)
+_STATUS: list[tuple[type[Exception], int]] = [
+    (KernelNotFound, 404), (CheckpointNotFound, 404), (WrongState, 409), (CheckpointInUse, 409),
+    (StoreUnavailable, 503), (OperationFailed, 500), (GPUCheckpointError, 500), (CheckpointError, 500),
+]
+"""Domain errors, most specific first, and the status each answers."""
+
+
+@contextmanager
+def _http_errors() -> Iterator[None]:
+    """Domain errors raised inside become the HTTP errors they map to, message kept."""
+    try:
+        yield
+    except (GPUCheckpointError, CheckpointError) as e:
+        code = next(code for kind, code in _STATUS if isinstance(e, kind))
+        raise web.HTTPError(code, str(e)) from e
 
 
 class GPUCheckpointHandler(APIHandler):
-    """Base: access to the extension's manager and app; ids checked before use."""
+    """Base: the extension's app and manager; ids checked before use; domain errors answered."""
 
     auth_resource = AUTH_RESOURCE
 
@@ -38,84 +64,87 @@ class GPUCheckpointHandler(APIHandler):
 
     def kernel_id(self, kernel_id: str) -> str:
         if not _KERNEL_ID.fullmatch(kernel_id):
-            raise web.HTTPError(400, f"{kernel_id!r} is not a kernel id")
-        self.manager.km(kernel_id)  # 404 if unknown
+            raise web.HTTPError(400, f"{shown(kernel_id)} is not a kernel id")
         return kernel_id
+
+    async def answer(self, work: Callable[[], Any], status: int = 200) -> None:
+        """Finish with the JSON of what ``work()`` returns or resolves to (nothing for None),
+        or with the status its error maps to."""
+        with _http_errors():
+            result = work()
+            if inspect.isawaitable(result):
+                result = await result
+        self.set_status(status)
+        self.finish(None if result is None else json.dumps(result))
 
 
 class KernelsHandler(GPUCheckpointHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        ids = list(self.app.serverapp.kernel_manager.list_kernel_ids())
-        self.finish(json.dumps([self.manager.model(k) for k in ids]))
+        await self.answer(self.manager.models)
 
 
 class KernelHandler(GPUCheckpointHandler):
     @web.authenticated
     @authorized
     async def get(self, kernel_id: str) -> None:
-        self.finish(json.dumps(self.manager.model(self.kernel_id(kernel_id))))
+        await self.answer(lambda: self.manager.model(self.kernel_id(kernel_id)))
 
 
 class KernelActionHandler(GPUCheckpointHandler):
-    """``POST .../checkpoint``, ``.../suspend``, ``.../resume``."""
+    """``POST .../checkpoint``, ``.../suspend``, ``.../resume``, ``.../rebuild``."""
 
     @web.authenticated
     @authorized
     async def post(self, kernel_id: str, action: str) -> None:
         kernel_id = self.kernel_id(kernel_id)
-        operation = getattr(self.manager, action)
         if self.get_argument("wait", "0") in ("1", "true", "yes"):
-            self.finish(json.dumps(await operation(kernel_id)))
+            await self.answer(lambda: getattr(self.manager.operations, action)(kernel_id))
             return
-        self.app.start_task(kernel_id, operation(kernel_id))
+        with _http_errors():
+            self.manager.km(kernel_id)  # 404 before anything starts
+        self.app.start_operation(kernel_id, action)
         await asyncio.sleep(0)  # let the task take the kernel's lock and set its state
         self.set_status(202)
-        self.finish(json.dumps(self.manager.model(kernel_id)))
+        self.finish(json.dumps({**self.manager.model(kernel_id), "outcome": "started"}))
 
 
 class KernelCheckpointsHandler(GPUCheckpointHandler):
     @web.authenticated
     @authorized
     async def get(self, kernel_id: str) -> None:
-        kernel_id = self.kernel_id(kernel_id)
-        infos = await asyncio.to_thread(list_checkpoints, self.app.store())
-        self.finish(json.dumps([i.to_json() for i in infos if i.kernel_id == kernel_id]))
+        await self.answer(lambda: self.manager.checkpoints(self.kernel_id(kernel_id)))
 
 
 class CheckpointHandler(GPUCheckpointHandler):
     @web.authenticated
     @authorized
     async def delete(self, checkpoint_id: str) -> None:
-        store: CheckpointStore = self.app.store()
-        try:
-            await asyncio.to_thread(store.delete, checkpoint_id)
-        except RestoreError as e:
-            raise web.HTTPError(404 if "no checkpoint" in str(e) else 400, str(e)) from e
-        self.set_status(204)
-        self.finish()
+        if not is_checkpoint_id(checkpoint_id):
+            raise web.HTTPError(400, f"{shown(checkpoint_id)} is not a checkpoint id")
+        await self.answer(lambda: self.manager.delete_checkpoint(checkpoint_id), status=204)
 
 
 class GPUsHandler(GPUCheckpointHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.finish(json.dumps(await self.app.gpus_model()))
+        await self.answer(self.app.gpus_model)
 
 
 class PolicyHandler(GPUCheckpointHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        self.finish(json.dumps(self.app.policy_model()))
+        await self.answer(self.app.policy_model)
 
 
 _kid = r"(?P<kernel_id>[^/]+)"
 default_handlers = [
     (r"/api/gpuckpt/kernels", KernelsHandler),
     (rf"/api/gpuckpt/kernels/{_kid}", KernelHandler),
-    (rf"/api/gpuckpt/kernels/{_kid}/(?P<action>checkpoint|suspend|resume)", KernelActionHandler),
+    (rf"/api/gpuckpt/kernels/{_kid}/(?P<action>checkpoint|suspend|resume|rebuild)", KernelActionHandler),
     (rf"/api/gpuckpt/kernels/{_kid}/checkpoints", KernelCheckpointsHandler),
     (r"/api/gpuckpt/checkpoints/(?P<checkpoint_id>[^/]+)", CheckpointHandler),
     (r"/api/gpuckpt/gpus", GPUsHandler),

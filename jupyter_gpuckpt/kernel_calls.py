@@ -1,86 +1,155 @@
-"""Calling the in-kernel engine from the server, out of the user's sight.
+"""Calling the in-kernel engine from the server, out of the user's sight: a comm, JSON in and out.
 
-A call is a silent execute request whose only work is a user expression evaluating
-``kernel_hooks.server_calls.<fn>(...)``: nothing enters the user's history, cell count or
-namespace. The reply carries a JSON string back.
+The server opens a comm with the target ``kernel_hooks.ipython.server_calls`` registers,
+its data naming the call and its arguments; the kernel sends progress on the comm and
+closes it with the answer (see that module). Nothing is sent as source code, and nothing
+enters the user's history, cell count or namespace. A kernel that has ``kernel_hooks`` but
+did not load it at start (not started from a gpuckpt kernelspec) gets the target
+registered first, by one fixed silent statement.
+
+Every wait has a deadline: the kernel must answer within ``ready_timeout`` (a relaunched
+kernel starts in seconds), and a call must report progress, or that it is working, within
+``stall_timeout`` (it reports bytes every half second while it moves them, and that it is
+working every 5 s otherwise); a kernel whose process ends fails the call at once.
 """
 
 from __future__ import annotations
 
-import ast
-import json
 import queue
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
-PROGRESS_MIMETYPE = "application/vnd.jupyter-gpuckpt.progress+json"
-"""What ``kernel_hooks.server_calls`` displays to report progress (must match there)."""
+TARGET = "jupyter_gpuckpt"
+"""The comm target (must match ``kernel_hooks.ipython.server_calls.TARGET``)."""
 INTERNAL_SESSION_PREFIX = "gpuckpt-"
 """Session id prefix of the server's own requests (not user activity)."""
-
+_REGISTER = "__import__('kernel_hooks.ipython.server_calls').ipython.server_calls.register(get_ipython())"
+"""The fixed statement that registers the target in a kernel that did not load the hooks."""
+_POLL_SECONDS = 0.5
 
 Progress = Callable[[int, int], None]
-
-
-async def _relay_progress(client: Any, msg_id: str, on_progress: Progress | None) -> None:
-    """Pass on the progress the call has displayed so far (drains the iopub queue)."""
-    while True:
-        try:
-            msg = await client.get_iopub_msg(timeout=0)
-        except queue.Empty:
-            return
-        data = msg["content"].get("data", {}) if msg["parent_header"].get("msg_id") == msg_id else {}
-        if on_progress is not None and PROGRESS_MIMETYPE in data:
-            on_progress(int(data[PROGRESS_MIMETYPE]["done"]), int(data[PROGRESS_MIMETYPE]["total"]))
+Alive = Callable[[], Awaitable[bool]]
 
 
 class KernelCallError(Exception):
-    """The kernel could not run the call (no reply, or the hooks are missing)."""
+    """The kernel could not run the call: no answer in time, its process gone, or no hooks."""
 
 
-async def call(km: AsyncKernelManager, function: str, timeout: float, /,
-               on_progress: Progress | None = None, **kwargs: Any) -> dict[str, Any]:
-    """Evaluate ``kernel_hooks.server_calls.<function>(**kwargs)`` in the kernel; its JSON answer.
+async def call(km: AsyncKernelManager, function: str, /, *, ready_timeout: float, stall_timeout: float,
+               alive: Alive | None = None, on_progress: Progress | None = None,
+               **args: Any) -> dict[str, Any]:
+    """Run ``function`` of ``kernel_hooks.ipython.server_calls`` in the kernel; its answer.
 
-    ``on_progress(bytes_done, bytes_total)`` is called as the kernel reports progress.
+    Parameters
+    ----------
+    km
+        The kernel's manager (its connection info is read now).
+    ready_timeout
+        Seconds the kernel may take to answer ``kernel_info`` (it may be starting).
+    stall_timeout
+        Seconds the call may go without reporting progress or that it is working.
+    alive
+        Whether the kernel's process still runs (default: ``km.is_alive``); checked while
+        waiting, so a kernel that died fails the call at once instead of at a deadline.
+    on_progress
+        ``on_progress(bytes_done, bytes_total)`` as the kernel reports it.
+    args
+        The call's arguments (JSON).
+
+    Returns
+    -------
+    dict
+        ``{"ok": True, "result": ...}`` or ``{"ok": False, "error": ..., "kind": ...}``.
 
     Raises
     ------
     KernelCallError
-        If the kernel does not answer within ``timeout`` seconds or the call itself fails.
+        The kernel did not answer in time, its process ended, or it has no hooks.
     """
-    args = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
-    expression = f"__import__('kernel_hooks.server_calls').server_calls.{function}({args})"
+    alive = alive or km.is_alive
     client = km.client()
     client.session.session = f"{INTERNAL_SESSION_PREFIX}{uuid.uuid4().hex}"
-    # Shell and IOPub only: no heartbeat thread per call (the kernel manager tells whether
-    # the process is alive), nor stdin and control sockets it never uses.
+    # Shell and IOPub only: the kernel manager tells whether the process is alive.
     client.start_channels(stdin=False, hb=False, control=False)
     try:
-        await client.wait_for_ready(timeout=timeout)
-        msg_id = client.execute("", silent=True, store_history=False, user_expressions={"r": expression})
-        deadline = time.monotonic() + timeout
-        while True:
-            await _relay_progress(client, msg_id, on_progress)
-            try:
-                reply = await client.get_shell_msg(timeout=0.2)
-            except queue.Empty:
-                if time.monotonic() > deadline:
-                    raise
-                continue
-            if reply["parent_header"].get("msg_id") == msg_id:
-                break
-    except (TimeoutError, queue.Empty) as e:
-        raise KernelCallError(f"the kernel did not answer within {timeout:.0f} s") from e
-    except RuntimeError as e:  # wait_for_ready: the kernel died
-        raise KernelCallError(str(e)) from e
+        await _ready(client, ready_timeout, alive)
+        answer = await _exchange(client, function, args, stall_timeout, alive, on_progress)
+        if answer is None:  # closed without an answer: the target is not registered
+            await _register(client, ready_timeout, alive)
+            answer = await _exchange(client, function, args, stall_timeout, alive, on_progress)
+        if answer is None:
+            raise KernelCallError("the kernel has no gpuckpt hooks (is jupyter-gpuckpt installed in the "
+                                  "kernel's environment?)")
+        return answer
     finally:
         client.stop_channels()
-    result = reply["content"].get("user_expressions", {}).get("r", {})
-    if result.get("status") != "ok":
-        raise KernelCallError(f"{result.get('ename', 'error')}: {result.get('evalue', reply['content'])}")
-    return dict(json.loads(ast.literal_eval(result["data"]["text/plain"])))
+
+
+async def _ready(client: Any, timeout: float, alive: Alive) -> None:
+    """Wait until the kernel answers ``kernel_info`` and IOPub delivers (as
+    ``wait_for_ready`` does, but failing at once when the process ends)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        client.kernel_info()
+        reply = await _next(client.get_shell_msg, 1.0)
+        # Any kernel_info reply will do: one to an earlier request arrives late when the
+        # kernel was still starting, and each later one would then be a request behind.
+        if reply is not None and reply["msg_type"] == "kernel_info_reply":
+            if await _next(client.get_iopub_msg, 0.2) is not None:  # IOPub is subscribed
+                break
+        if not await alive():
+            raise KernelCallError("the kernel's process exited before it answered")
+        if time.monotonic() > deadline:
+            raise KernelCallError(f"the kernel did not answer within {timeout:.0f} s")
+    while await _next(client.get_iopub_msg, 0.2) is not None:
+        pass
+
+
+async def _exchange(client: Any, function: str, args: dict[str, Any], stall_timeout: float, alive: Alive,
+                    on_progress: Progress | None) -> dict[str, Any] | None:
+    """Open the comm and follow it to its close; the answer, or None if it closed empty."""
+    comm_id = uuid.uuid4().hex
+    client.shell_channel.send(client.session.msg("comm_open", {
+        "comm_id": comm_id, "target_name": TARGET, "data": {"call": function, "args": args}}))
+    deadline = time.monotonic() + stall_timeout
+    while True:
+        msg = await _next(client.get_iopub_msg, _POLL_SECONDS)
+        if msg is None:
+            if not await alive():
+                raise KernelCallError("the kernel's process exited during the call")
+            if time.monotonic() > deadline:
+                raise KernelCallError(f"the kernel stopped answering for {stall_timeout:.0f} s during the call")
+            continue
+        content = msg["content"]
+        if content.get("comm_id") != comm_id:
+            continue
+        data = content.get("data") or {}
+        if msg["msg_type"] == "comm_close":
+            return data if "ok" in data else None
+        if msg["msg_type"] != "comm_msg":
+            continue
+        deadline = time.monotonic() + stall_timeout  # progress, or a "working" tick
+        if "progress" in data and on_progress is not None:
+                on_progress(int(data["progress"]["done"]), int(data["progress"]["total"]))
+
+
+async def _register(client: Any, timeout: float, alive: Alive) -> None:
+    msg_id = client.execute("", silent=True, store_history=False, user_expressions={"r": _REGISTER})
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = await _next(client.get_shell_msg, _POLL_SECONDS)
+        if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
+            return
+        if not await alive() or time.monotonic() > deadline:
+            raise KernelCallError("the kernel did not load its gpuckpt hooks")
+
+
+async def _next(get: Callable[..., Awaitable[dict[str, Any]]], timeout: float) -> dict[str, Any] | None:
+    try:
+        return await get(timeout=timeout)
+    except queue.Empty:
+        return None

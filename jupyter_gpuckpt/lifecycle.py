@@ -26,6 +26,10 @@ class State(str, enum.Enum):
     FAILED = "failed"
 
 
+AWAY = (State.CHECKPOINTING, State.SUSPENDED, State.RESTORING)
+"""States in which the kernel's process cannot take the notebook's messages: they wait."""
+
+
 @dataclass
 class KernelRecord:
     """What the server knows about one kernel beside jupyter_server's own model."""
@@ -40,9 +44,15 @@ class KernelRecord:
     kernel_info: dict[str, Any] | None = None
     session: dict[str, Any] | None = None
     """The notebook's session (path, name, type), to attach it again after a server restart."""
+    last_activity: float | None = None
+    """The user's last activity when the kernel was suspended (seconds since the epoch)."""
     progress: float | None = None
+    report: dict[str, Any] | None = None
+    """The last restore's report (``RestoreReport.to_json``), and any rebuild since."""
+    pending_report: str | None = None
+    """A report the notebook has not been shown yet: shown on the next cell it runs."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
-    resumed: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _settled: asyncio.Future[str | None] | None = field(default=None, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -53,10 +63,40 @@ class KernelRecord:
             "last_checkpoint": self.last_checkpoint,
             "last_error": self.last_error,
             "notice": self.notice,
+            "report": self.report,
             "suspended_for": None if self.suspended_at is None else time.time() - self.suspended_at,
         }
 
     def ledger_entry(self) -> dict[str, Any]:
         return {"kernelspec": self.kernelspec, "state": self.state.value,
                 "last_checkpoint": self.last_checkpoint, "suspended_at": self.suspended_at,
-                "kernel_info": self.kernel_info, "session": self.session}
+                "kernel_info": self.kernel_info, "session": self.session, "last_activity": self.last_activity}
+
+    def load(self, entry: dict[str, Any]) -> None:
+        """Take back what :meth:`ledger_entry` kept, as a suspended kernel."""
+        self.state = State.SUSPENDED
+        self.last_checkpoint = entry.get("last_checkpoint")
+        self.suspended_at = entry.get("suspended_at")
+        self.kernel_info = entry.get("kernel_info")
+        self.session = entry.get("session")
+        self.last_activity = entry.get("last_activity")
+
+    # -- waiting for the kernel to come back ---------------------------------------------
+
+    def away(self) -> None:
+        """The process is going away (suspend, or it died): messages must wait for it."""
+        if self._settled is None or self._settled.done():
+            self._settled = asyncio.get_running_loop().create_future()
+
+    def back(self, error: str | None = None) -> None:
+        """The kernel runs with its state again (``error`` None), or could not be brought
+        back: then ``error`` says why, and whoever waited is told."""
+        if self._settled is not None and not self._settled.done():
+            self._settled.set_result(error)
+
+    async def settled(self) -> str | None:
+        """Wait until the kernel runs with its state (None) or could not be brought back
+        (the reason). Returns at once if it is not away."""
+        if self._settled is None:
+            return None
+        return await asyncio.shield(self._settled)

@@ -3,21 +3,34 @@
 Selected by a kernelspec's ``metadata.kernel_provisioner`` (``jupyter gpuckpt
 install-kernelspec`` writes one). While a kernel is suspended its process is gone and its
 GPUs are back in the pool, but ``poll()`` answers "alive", so jupyter_server keeps the
-kernel registered under the same id and its restarter does not step in.
+kernel registered under the same id and its restarter does not step in. While a resume
+starts the process again the provisioner answers "alive" too: the resume watches that
+process itself (and fails at once if it ends), rather than letting the restarter relaunch
+it on other ports behind the resume's back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import signal
+from subprocess import Popen
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
-from traitlets import Int
+from traitlets import Float, Int
 
-from .gpus import GPUPool
+from .gpus import GPU, GPUPool
+from .processes import TAG, end_kernel_tree, ended
 
 START_SUSPENDED = "JUPYTER_GPUCKPT_START_SUSPENDED"
+REAP_SECONDS = 5.0
+"""How long an ended kernel process may take to be waitable (its threads end after it)."""
+
+
+async def _reaped(process: Popen[bytes]) -> None:
+    """Collect an ended child's exit status, so no zombie (nor an unreaped ``Popen``) stays."""
+    deadline = asyncio.get_running_loop().time() + REAP_SECONDS
+    while process.poll() is None and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
 
 
 class GPUCheckpointProvisioner(LocalProvisioner):
@@ -28,10 +41,16 @@ class GPUCheckpointProvisioner(LocalProvisioner):
         help="GPUs this kernel asks for (kernelspec metadata.kernel_provisioner.config.gpus). "
              "Default: 1 where the host has GPUs, else 0.",
     )
-    stop_timeout = Int(5, config=True, help="Seconds to wait after SIGTERM before SIGKILL on suspend.")
+    stop_timeout = Float(5.0, config=True, help="Seconds a suspended kernel's processes get after SIGTERM "
+                                                "before SIGKILL.")
 
     suspended = False
+    """The process is gone on purpose; the kernel stays registered."""
+    starting = False
+    """A resume is starting the process; it watches the process itself."""
     waiting_for_gpus: str | None = None
+    survivors: list[str] = []
+    """Processes of the kernel that outlived the last suspend (``pid N (command)``)."""
     _launch: tuple[list[str], dict[str, Any]] | None = None
 
     @property
@@ -41,6 +60,9 @@ class GPUCheckpointProvisioner(LocalProvisioner):
     @property
     def pool(self) -> GPUPool:
         return GPUPool.instance()
+
+    def held_gpus(self, readings: list[GPU] | None = None) -> list[GPU]:
+        return self.pool.held_by(self.kernel_id, readings)
 
     def _wanted(self) -> int:
         if self.gpus is not None:
@@ -56,27 +78,43 @@ class GPUCheckpointProvisioner(LocalProvisioner):
             self.waiting_for_gpus = f"waiting for {count} GPU(s); {free} free"
             self.log.warning("Kernel %s is %s", self.kernel_id, self.waiting_for_gpus)
 
-        gpus = await self.pool.acquire(self.kernel_id, wanted, note_wait)
-        self.waiting_for_gpus = None
+        try:
+            gpus = await self.pool.acquire(self.kernel_id, wanted, note_wait)
+        finally:
+            self.waiting_for_gpus = None
         env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         kwargs = await super().pre_launch(**kwargs)
         kwargs["env"] = dict(kwargs.get("env") or {})
-        # Set by the server when it re-registers a kernel that was suspended before a restart.
+        kwargs["env"][TAG] = self.kernel_id
+        # Set by the server when it registers again a kernel that was suspended before a restart.
         if kwargs["env"].pop(START_SUSPENDED, None):
             self.suspended = True
         return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         self._launch = (cmd, kwargs)
-        if self.suspended:  # re-registered after a server restart: stays suspended
+        if self.suspended:  # registered again after a server restart: stays suspended
             return self.connection_info
         await self._take_gpus(kwargs["env"])
         return await super().launch_kernel(cmd, **kwargs)
 
     async def poll(self) -> int | None:
-        return None if self.suspended else await super().poll()
+        return None if self.suspended or self.starting else await super().poll()
+
+    async def running(self) -> bool:
+        """Whether the kernel's process runs now (whatever ``poll`` tells jupyter_client)."""
+        return self._runs()
+
+    def lost(self) -> bool:
+        """Whether the process has ended or is ending though nobody asked it to (it is not
+        suspended, nor being started by a resume): its messages must not reach a next one."""
+        return not (self.suspended or self.starting or self.process is None or self._runs())
+
+    def _runs(self) -> bool:
+        process = self.process
+        return process is not None and process.poll() is None and not ended(process.pid)
 
     async def wait(self) -> int | None:
         if self.suspended:  # shutting down a suspended kernel: nothing to wait for
@@ -105,31 +143,42 @@ class GPUCheckpointProvisioner(LocalProvisioner):
 
     async def cleanup(self, restart: bool = False) -> None:
         if not self.suspended:
+            # The kernel ended (shut down, or died and is restarted): its children go with it.
+            self.survivors = await end_kernel_tree(self.kernel_id, None, self.stop_timeout)
             await self.pool.release(self.kernel_id)
         await super().cleanup(restart)
 
-    async def suspend(self) -> None:
-        """End the kernel's process and give its GPUs back; it stays registered."""
+    async def suspend(self) -> list[str]:
+        """End the kernel's whole process tree and give its GPUs back; it stays registered.
+
+        Returns the processes that survived (normally none); the GPUs go back to the pool
+        only when nothing survived, since a survivor may still hold GPU memory.
+        """
         self.suspended = True  # first, so poll() never reports the death we cause
         process = self.process
+        self.survivors = await end_kernel_tree(self.kernel_id, process.pid if process else None, self.stop_timeout)
         if process is not None:
-            process.send_signal(signal.SIGTERM)
-            for _ in range(self.stop_timeout * 10):
-                if process.poll() is not None:
-                    break
-                await asyncio.sleep(0.1)
-            else:
-                process.kill()
-            await asyncio.get_running_loop().run_in_executor(None, process.wait)
-            self.process = None
-        await self.pool.release(self.kernel_id)
+            await _reaped(process)
+        self.process = None
+        if not self.survivors:
+            await self.pool.release(self.kernel_id)
+        return self.survivors
 
     async def resume(self) -> None:
-        """Launch a fresh process on the same ports (and GPUs from the pool) again."""
+        """Launch a fresh process on the same ports (and GPUs from the pool) again.
+
+        ``poll()`` answers "alive" until :meth:`started` is called: the caller watches the
+        new process with :meth:`running` meanwhile.
+        """
         if not self.suspended:
             return
         assert self._launch is not None, "a kernel is resumed only after it was launched"
         cmd, kwargs = self._launch
         await self._take_gpus(kwargs["env"])
+        self.starting = True
         self.suspended = False
         await super().launch_kernel(cmd, **kwargs)
+
+    def started(self) -> None:
+        """The resume is over (done or failed): jupyter_client's restarter watches again."""
+        self.starting = False

@@ -1,11 +1,18 @@
 """Kernel websockets that survive a suspend, and resume the kernel on the first execute.
 
-While a kernel is suspended its process is gone, so this connection answers what the
-frontend needs to stay connected (``kernel_info_request``, from the reply cached before the
-suspend) and holds every other message. An ``execute_request`` starts the resume: the
-frontend sees the kernel ``busy`` (and ``resume`` events with progress), the checkpoint is
-restored, and the held messages then go to the restored kernel in their original order, so
-the cell runs against the restored state and its output reaches the notebook.
+While a kernel is away (suspended, being suspended or restored, or its process found dead)
+this connection answers what the frontend needs to stay connected (``kernel_info_request``,
+from the reply cached before the suspend) and holds every other message. An
+``execute_request`` to a suspended kernel starts the resume: the frontend sees the kernel
+``busy`` (and ``resume`` events with progress), the checkpoint is restored, and the held
+messages then go to the restored kernel in their original order, so the cell runs against
+the restored state. If the kernel cannot be brought back, each held cell gets an error
+saying why and is not run. The first cell after a restore also gets the restore report, as
+output, so every frontend shows what was (and was not) restored.
+
+This is the one module that builds on jupyter_server's websocket connection class beyond
+its public methods (``_register_session``, ``_send_status_message``, ``_open_sockets``):
+there is no public hook for holding a kernel's messages.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ from jupyter_server.services.kernels.connection.base import (
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from jupyter_server.utils import ensure_async
 
-from .lifecycle import State
+from .errors import KernelNotFound
+from .lifecycle import AWAY, State
 
 _V1 = "v1.kernel.websocket.jupyter.org"
 
@@ -30,7 +38,8 @@ _V1 = "v1.kernel.websocket.jupyter.org"
 class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
     """A ``ZMQChannelsWebsocketConnection`` that knows about suspended kernels."""
 
-    _held: list[Any]
+    _held: list[Any] | None = None
+    _releasing = False
 
     @property
     def _manager(self) -> Any:
@@ -39,23 +48,29 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
 
     def _record(self) -> Any:
         manager = self._manager
-        return None if manager is None else manager.records.get(self.kernel_id)
+        if manager is None:
+            return None
+        try:
+            return manager.record(self.kernel_id)
+        except KernelNotFound:
+            return None
 
-    def _is_held(self) -> bool:
+    def _is_away(self) -> bool:
         record = self._record()
-        return record is not None and record.state in (State.SUSPENDED, State.RESTORING)
+        return record is not None and record.state in AWAY
 
     async def prepare(self) -> None:
-        if not self._is_held():
+        if not self._is_away():
             await super().prepare()
             return
         await self._register_session()
         self.session.key = self.kernel_manager.session.key
 
     def connect(self) -> Any:
-        if not self._is_held():
+        if not self._is_away():
             return super().connect()
-        self._held = []
+        # The kernel's process is gone: connect the streams (they reach it once it is
+        # back) without waiting for it to answer, as the stock class would.
         self.multi_kernel_manager.notify_connect(self.kernel_id)
         self.create_stream()
         for stream in self.channels.values():
@@ -63,25 +78,38 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         self.multi_kernel_manager.add_restart_callback(self.kernel_id, self.on_kernel_restarted)
         self.multi_kernel_manager.add_restart_callback(self.kernel_id, self.on_restart_failed, "dead")
         ZMQChannelsWebsocketConnection._open_sockets.add(self)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
+        connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        connected.set_result(None)  # the handler awaits it
+        return connected
 
     def handle_incoming_message(self, incoming_msg: Any) -> None:
-        held = getattr(self, "_held", None)
-        if not self._is_held() and not held:
+        record = self._record()
+        if record is None:
+            super().handle_incoming_message(incoming_msg)
+            return
+        if record.state == State.RUNNING and not self._held and self._process_lost():
+            self._manager.operations.process_lost(self.kernel_id, restarting=False)
+        if record.state not in AWAY and not self._held:
+            if record.pending_report:
+                self._show_report(incoming_msg)
             super().handle_incoming_message(incoming_msg)
             return
         channel, header = self._peek(incoming_msg)
-        record = self._record()
-        if header["msg_type"] == "kernel_info_request" and record is not None and record.kernel_info:
+        if header["msg_type"] == "kernel_info_request" and record.kernel_info:
             self._reply(channel, "kernel_info_reply", record.kernel_info, header)
             return
-        if held is None:
-            self._held = held = []
-        held.append(incoming_msg)
-        if header["msg_type"] == "execute_request" and len(held) >= 1:
-            asyncio.ensure_future(self._resume_then_release())
+        if self._held is None:
+            self._held = []
+        self._held.append(incoming_msg)
+        if header["msg_type"] == "execute_request" and not self._releasing:
+            self._releasing = True
+            self._manager.tasks.start(f"release held messages of {self.kernel_id}", self._release_when_back())
+
+    def _process_lost(self) -> bool:
+        """Whether the kernel's process has ended though nobody suspended it (the restarter
+        notices within seconds; a cell sent meanwhile must not reach the next process)."""
+        provisioner = self._manager.provisioner(self.kernel_id)
+        return provisioner is not None and provisioner.lost()
 
     def _peek(self, incoming_msg: Any) -> tuple[str, dict[str, Any]]:
         if self.subprotocol == _V1:
@@ -90,55 +118,71 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         msg = json.loads(incoming_msg)
         return msg.get("channel") or "shell", msg["header"]
 
+    def _write(self, channel: str, msg: dict[str, Any]) -> None:
+        if self.subprotocol == _V1:
+            self.write_message(serialize_msg_to_ws_v1(msg, channel, self.session.pack), binary=True)
+        else:
+            msg["channel"] = channel
+            self.write_message(json.dumps(msg, default=json_default))
+
     def _reply(self, channel: str, msg_type: str, content: dict[str, Any], parent: dict[str, Any]) -> None:
         """Answer on the kernel's behalf: a busy/idle pair around the reply, as a kernel would."""
         for chan, kind, body in (("iopub", "status", {"execution_state": "busy"}),
                                  (channel, msg_type, content),
                                  ("iopub", "status", {"execution_state": "idle"})):
-            msg = self.session.msg(kind, body, parent=parent)
-            if self.subprotocol == _V1:
-                self.write_message(serialize_msg_to_ws_v1(msg, chan, self.session.pack), binary=True)
-            else:
-                msg["channel"] = chan
-                self.write_message(json.dumps(msg, default=json_default))
+            self._write(chan, self.session.msg(kind, body, parent=parent))
 
-    async def _resume_then_release(self) -> None:
+    def _show_report(self, message: Any) -> None:
+        """Show the kernel's pending restore report as output of ``message``'s cell."""
         record = self._record()
-        if record is None or getattr(self, "_resuming", False):
+        _, header = self._peek(message)
+        if header["msg_type"] != "execute_request" or not record.pending_report:
             return
-        self._resuming = True
+        text, record.pending_report = record.pending_report, None
+        self._write("iopub", self.session.msg("display_data", {
+            "data": {"text/plain": text}, "metadata": {}, "transient": {}}, parent=header))
+
+    async def _release_when_back(self) -> None:
+        """Bring the kernel back (resume it, or wait for the restore under way), then send
+        the held messages; if it cannot come back, answer each held cell with the reason."""
         try:
-            if record.state == State.SUSPENDED:
-                # "busy", not "restarting": JupyterLab 4 drops a cell's pending reply and
-                # output on "restarting". The restore's progress goes out as events.
-                self._send_status_message("busy")
-                try:
-                    await self._manager.resume(self.kernel_id, reason="execute")
-                except Exception as e:
-                    self._fail_held(str(getattr(e, "log_message", e)))
-                    return
-            else:
-                await record.resumed.wait()
+            while True:
+                record = self._record()
+                if record is None:
+                    return self._fail_held("the kernel was shut down")
+                if record.state == State.SUSPENDED:
+                    # "busy", not "restarting": JupyterLab 4 drops a cell's pending reply and
+                    # output on "restarting". The restore's progress goes out as events.
+                    self._send_status_message("busy")
+                    try:
+                        await self._manager.operations.resume(self.kernel_id, reason="execute")
+                    except Exception as e:
+                        return self._fail_held(f"the kernel could not be resumed: {e}")
+                elif record.state in AWAY:
+                    error = await record.settled()
+                    if error is not None:
+                        return self._fail_held(error)
+                elif record.state == State.FAILED:
+                    return self._fail_held(record.last_error or "the kernel failed")
+                else:
+                    break
             await ensure_async(self.kernel_manager.is_alive())
-            held, self._held = self._held, []
+            held, self._held = self._held or [], None
             for message in held:
+                if record.pending_report:
+                    self._show_report(message)
                 super().handle_incoming_message(message)
         finally:
-            self._resuming = False
+            self._releasing = False
 
     def _fail_held(self, reason: str) -> None:
-        """The resume failed: answer each held execute request with the reason."""
-        held, self._held = self._held, []
+        """Answer each held execute request with ``reason``; the cells are not run."""
+        held, self._held = self._held or [], None
         for message in held:
             channel, header = self._peek(message)
             if header["msg_type"] != "execute_request":
                 continue
-            error = {"ename": "ResumeFailed", "evalue": reason,
-                     "traceback": [f"The kernel could not be resumed: {reason}"]}
-            msg = self.session.msg("error", error, parent=header)
-            if self.subprotocol == _V1:
-                self.write_message(serialize_msg_to_ws_v1(msg, "iopub", self.session.pack), binary=True)
-            else:
-                msg["channel"] = "iopub"
-                self.write_message(json.dumps(msg, default=json_default))
+            error = {"ename": "KernelNotRestored", "evalue": reason,
+                     "traceback": [f"The cell was not run: {reason}."]}
+            self._write("iopub", self.session.msg("error", error, parent=header))
             self._reply(channel, "execute_reply", {"status": "error", "execution_count": None, **error}, header)

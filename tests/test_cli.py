@@ -94,10 +94,24 @@ def test_checkpoint_suspend_resume_round_trip(server: Server, kernelspec: Path) 
     assert _state(server, kernel_id) == "suspended"
     assert "ago," in _ok(server.cli("list"))  # the last checkpoint's age and size
 
+    assert _ok(server.cli("suspend", kernel_id)) == f"Kernel {kernel_id} is already suspended; nothing to suspend.\n"
+
     out = _ok(server.cli("resume", kernel_id))
     assert out.startswith(f"Resumed {kernel_id} in ")
+    assert "Restored 1 variable " in out  # the restore report
     assert _state(server, kernel_id) == "running"
     assert server.run(kernel_id, "print(answer)").strip() == "42"
+    assert _ok(server.cli("resume", kernel_id)) == f"Kernel {kernel_id} is already running; nothing to resume.\n"
+
+
+def test_rebuild_reruns_what_a_resume_could_not_restore(server: Server, kernelspec: Path) -> None:
+    kernel_id = server.start_kernel()
+    server.run(kernel_id, "rows = (i * i for i in range(5))")  # a generator cannot be saved
+    _ok(server.cli("suspend", kernel_id))
+    out = _ok(server.cli("resume", kernel_id))
+    assert "rows (generator)" in out and f"`jupyter gpuckpt rebuild {kernel_id[:8]}` re-runs them." in out
+    assert _ok(server.cli("rebuild", kernel_id)).startswith(f"{kernel_id}: Re-ran cell")
+    assert server.run(kernel_id, "print(next(rows))").strip() == "0"
 
 
 def test_errors_are_one_line_with_the_servers_reason(server: Server, kernelspec: Path) -> None:

@@ -127,8 +127,14 @@ async def test_operations_emit_versioned_events_and_update_metrics(
     assert resuming - suspended <= gpu_seconds <= resumed - started
 
 
-@pytest.mark.parametrize("gpuckpt_config", [{"policy_interval": 3600.0, "store_root": str(Path(__file__) / "store")}])
-async def test_failed_checkpoint_emits_failed_with_the_error(jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any) -> None:
+async def test_failed_checkpoint_emits_failed_with_the_error(jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any,
+                                                             jp_data_dir: Path) -> None:
+    # A signing key others can read: the kernel refuses to sign with it, so the save fails
+    # inside the kernel (the store itself is writable, so the server lets it start).
+    key = jp_data_dir / "gpuckpt" / "signing.key"
+    key.parent.mkdir(parents=True, exist_ok=True)
+    key.write_text("00" * 32)
+    key.chmod(0o644)
     ws = await jp_ws_fetch("api", "events", "subscribe")
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, "x = 1")
@@ -143,7 +149,7 @@ async def test_failed_checkpoint_emits_failed_with_the_error(jp_fetch: Any, jp_w
     assert (started["schema_id"], started["phase"]) == (events.schema_id("checkpoint"), "started")
     assert (failed["schema_id"], failed["phase"], failed["kernel_id"]) == (started["schema_id"], "failed", kernel_id)
     assert "checkpoint_id" not in failed
-    assert "Not a directory" in failed["error"], failed["error"]
+    assert "is readable by others" in failed["error"], failed["error"]
     _check_fields(jp_serverapp, failed)
 
     after = await _metrics(jp_fetch)

@@ -61,8 +61,23 @@ async def test_unwritable_store_fails_clearly_and_the_kernel_keeps_its_state(jp_
     for action in ("checkpoint", "suspend"):
         with pytest.raises(HTTPClientError) as raised:
             await api(jp_fetch, "kernels", kernel_id, action, method="POST", wait="1")
-        assert raised.value.code == 500
-        assert "cannot use checkpoint store" in json.loads(raised.value.response.body)["message"]
+        assert raised.value.code == 503
+        message = json.loads(raised.value.response.body)["message"]
+        assert "/dev/null is not a directory, so the checkpoint store /dev/null/store cannot be used" in message
+        assert "GPUCheckpointApp.store_root" in message
     model = await api(jp_fetch, "kernels", kernel_id)
-    assert model["state"] == "running" and "cannot use checkpoint store" in model["last_error"]
+    assert model["state"] == "running" and "/dev/null is not a directory" in model["last_error"]
     assert (await run(jp_serverapp, kernel_id, "print(precious)")).strip() == "still here"
+
+
+def test_an_unwritable_store_is_reported_at_start_and_by_doctor(tmp_path):
+    from live_server import running_server
+
+    with running_server(tmp_path, "--GPUCheckpointApp.store_root=/dev/null/store") as server:
+        log = (tmp_path / "server.log").read_text()
+        assert "gpuckpt: /dev/null is not a directory, so the checkpoint store /dev/null/store cannot be used" in log
+        assert server.api("GET", "api/gpuckpt/policy")["store_problem"].startswith("/dev/null is not a directory")
+        doctor = server.cli("doctor")
+    assert doctor.returncode == 1
+    assert "FAIL  store        /dev/null is not a directory, so the checkpoint store /dev/null/store cannot be used" \
+        in doctor.stdout

@@ -1,0 +1,35 @@
+"""The server side's domain errors. Handlers turn them into HTTP status codes
+(``handlers.py``); nothing else here knows about HTTP.
+
+Each message is the one line a user reads: what was refused or failed, and why.
+"""
+
+
+class GPUCheckpointError(Exception):
+    """An operation on a kernel or a checkpoint was refused or failed."""
+
+
+class KernelNotFound(GPUCheckpointError):
+    """No kernel with that id runs in this server."""
+
+
+class WrongState(GPUCheckpointError):
+    """The kernel's state does not allow the operation now (it is suspended, restoring ...)."""
+
+
+class NotSuspendable(WrongState):
+    """The kernel was not started from a gpuckpt kernelspec, so its process cannot be ended
+    and started again by this server."""
+
+
+class CheckpointInUse(GPUCheckpointError):
+    """A suspended or restoring kernel needs that checkpoint to come back."""
+
+
+class StoreUnavailable(GPUCheckpointError):
+    """The checkpoint store cannot be written (missing, not a folder, not writable)."""
+
+
+class OperationFailed(GPUCheckpointError):
+    """A checkpoint, suspend, resume or rebuild ran and failed; the kernel is back in its
+    last safe state and the reason is kept in its ``last_error``."""

@@ -1,19 +1,25 @@
 """The JupyterLab extension in a real browser against a real ``jupyter lab`` and kernel.
 
 Debian's chromium (``apt-get install chromium``) driven by Playwright; no browser is
-downloaded. Each step of the scenario leaves a screenshot in ``tests/artifacts/lab_browser/``
-(git-ignored), and the test prints their paths.
+downloaded. Each step of a scenario leaves a screenshot in ``tests/artifacts/lab_browser/``
+(git-ignored), named after the scenario, and the test prints their paths.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-from collections.abc import Iterator
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+import live_server
 import pytest
 from live_server import TOKEN, Server, running_server
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).parent / "artifacts" / "lab_browser"
@@ -21,32 +27,101 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
 TOGGLE = '[data-command="jupyter-gpuckpt:suspend-or-resume"]'
 STATUS = ".jp-gpuckpt-status"
+CARD = ".jp-gpuckpt-panel .jp-gpuckpt-kernel"
+# The server's GPUs, as NVML would name them (its test inventory): long names, so the
+# screenshots show how GPU lines wrap in the narrow sidebar. The kernel takes the first.
+GPUS = [{"uuid": f"GPU-8f3c2a1e-{i}", "name": "NVIDIA H100 80GB HBM3", "memory_total": 80 * 2**30,
+         "memory_used": (7 + 30 * i) * 2**29, "utilization": 12 * i} for i in range(2)]
 
-pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing: apt-get install chromium")
+# Every word the panel shows, with where it breaks across lines: a word is a run of
+# characters between spaces, hyphens and slashes (where a line may break), and it breaks
+# when its characters lie on more than one line. Also: the panel must not scroll sideways,
+# and the notebook name and the state badge stay on one line.
+MID_WORD_BREAKS_JS = """() => {
+    const problems = [];
+    const panel = document.querySelector('.jp-gpuckpt-panel');
+    if (panel.scrollWidth > panel.clientWidth + 1) {
+        problems.push(`the panel scrolls sideways: ${panel.scrollWidth} > ${panel.clientWidth}`);
+    }
+    const walker = document.createTreeWalker(panel, NodeFilter.SHOW_TEXT);
+    let node;
+    let words = 0;
+    while ((node = walker.nextNode())) {
+        const element = node.parentElement;
+        if (!element || element.closest('[hidden]') || !element.getClientRects().length) {
+            continue;
+        }
+        const word = /[^\\s\\-\\/]+/g;
+        let m;
+        while ((m = word.exec(node.textContent))) {
+            const range = document.createRange();
+            range.setStart(node, m.index);
+            range.setEnd(node, m.index + m[0].length);
+            const lines = new Set([...range.getClientRects()].filter(r => r.width > 0)
+                .map(r => Math.round(r.bottom)));
+            words += 1;
+            if (lines.size > 1) {
+                problems.push(`"${m[0]}" breaks across ${lines.size} lines in .${element.className}`);
+            }
+        }
+    }
+    for (const el of panel.querySelectorAll('.jp-gpuckpt-state, .jp-gpuckpt-notebook')) {
+        if (getComputedStyle(el).whiteSpace !== 'nowrap') {
+            problems.push(`.${el.className} may wrap`);
+        }
+        const lines = new Set([...el.getClientRects()].map(r => Math.round(r.bottom)));
+        if (lines.size > 1) {
+            problems.push(`.${el.className} "${el.textContent}" takes ${lines.size} lines`);
+        }
+    }
+    return {problems, words, width: panel.clientWidth};
+}"""
+
+SKIP = "JUPYTER_GPUCKPT_SKIP_BROWSER"
+pytestmark = pytest.mark.skipif(os.environ.get(SKIP) == "1", reason=f"{SKIP}=1: the browser tests are skipped on purpose")
+
+
+@pytest.fixture(autouse=True)
+def chromium() -> None:
+    """A missing browser fails the test, loudly: a skipped browser test is too easy to miss."""
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (or set {SKIP}=1 to skip the browser "
+                    "tests on purpose)", pytrace=False)
 
 
 @pytest.fixture
-def lab(tmp_path: Path) -> Iterator[Server]:
-    """``jupyter lab`` with the gpuckpt kernelspec, no news or update pop-ups."""
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    """``jupyter lab`` with the gpuckpt kernelspec, two test GPUs, no news or update pop-ups,
+    and the app exposed as ``window.jupyterapp`` so the test can run JupyterLab commands."""
+    inventory = tmp_path / "gpus.json"
+    inventory.write_text(json.dumps(GPUS))
+    # running_server hands the server no JUPYTER* variable of this process: add the inventory
+    server_env = live_server.jupyter_env
+    monkeypatch.setattr(live_server, "jupyter_env",
+                        lambda base: {**server_env(base), "JUPYTER_GPUCKPT_TEST_GPUS": str(inventory)})
     labconfig = tmp_path / "config" / "labconfig"
     labconfig.mkdir(parents=True)
     (labconfig / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
     with running_server(tmp_path, "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                        app="jupyterlab") as server:
+                        "--LabApp.expose_app_in_browser=True", app="jupyterlab") as server:
         installed = server.cli("install-kernelspec", "--user")
         assert installed.returncode == 0, installed.stderr
         yield server
 
 
-def test_suspend_and_resume_by_running_a_cell(lab: Server) -> None:
-    from playwright.sync_api import expect, sync_playwright
+@contextmanager
+def browser_page(lab: Server, scenario: str) -> Iterator[tuple[Page, Callable[..., None]]]:
+    """A page on ``lab`` and ``shot(name, locator=None)``, which saves a screenshot as
+    ``<scenario>-NN-<name>.png`` (of ``locator`` only, if given). On a failure it takes one
+    more and prints the browser's last errors."""
+    from playwright.sync_api import Locator, sync_playwright
 
-    shutil.rmtree(ARTIFACTS, ignore_errors=True)
-    ARTIFACTS.mkdir(parents=True)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for old in ARTIFACTS.glob(f"{scenario}-*.png"):
+        old.unlink()
     shots: list[Path] = []
     console: list[str] = []
-
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
@@ -54,68 +129,15 @@ def test_suspend_and_resume_by_running_a_cell(lab: Server) -> None:
             page.on("console", lambda m: console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning")
                     else None)
 
-            def shot(name: str) -> None:
-                path = ARTIFACTS / f"{len(shots) + 1:02d}-{name}.png"
-                page.screenshot(path=str(path))
+            def shot(name: str, locator: Locator | None = None) -> None:
+                path = ARTIFACTS / f"{scenario}-{len(shots) + 1:02d}-{name}.png"
+                (locator or page).screenshot(path=str(path))
                 shots.append(path)
                 print(f"screenshot: {path}")
 
             try:
                 page.goto(f"{lab.url}lab?token={TOKEN}")
-                # a new notebook with the gpuckpt kernel, from the launcher
-                card = page.locator('.jp-LauncherCard[data-category="Notebook"]',
-                                    has_text="Python 3 (GPU checkpoint)")
-                card.click(timeout=60_000)
-                status = page.locator(STATUS)
-                expect(status).to_have_attribute("data-state", "running", timeout=60_000)
-
-                # x = 41
-                page.locator(".jp-Notebook .jp-Cell .cm-content").first.click()
-                page.keyboard.type("x = 41")
-                page.keyboard.press("Shift+Enter")
-                expect(page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first).to_contain_text(
-                    "[1]", timeout=60_000)
-                toggle = page.locator(TOGGLE)
-                expect(toggle).to_be_enabled(timeout=30_000)
-                expect(toggle).to_contain_text("Suspend")
-                shot("cell-ran-x-41")
-
-                # Suspend: the status bar says so, and the panel too
-                toggle.click()
-                expect(status).to_have_attribute("data-state", "suspended", timeout=60_000)
-                expect(status).to_contain_text("suspended")
-                expect(toggle).to_contain_text("Resume")
-                shot("suspended-status-bar")
-
-                status.click()
-                row = page.locator(".jp-gpuckpt-panel .jp-gpuckpt-kernel")
-                expect(row).to_have_attribute("data-state", "suspended", timeout=10_000)
-                expect(row.locator(".jp-gpuckpt-state")).to_have_text("suspended")
-                shot("suspended-panel")
-
-                # x + 1 in the suspended notebook: it resumes by itself, then runs
-                page.evaluate("""() => {
-                    const seen = window.gpuckptStates = [];
-                    const node = document.querySelector('.jp-gpuckpt-status');
-                    new MutationObserver(() => seen.push(node.dataset.state))
-                        .observe(node, {attributes: true, attributeFilter: ['data-state']});
-                }""")
-                page.locator(".jp-Notebook .jp-Cell .cm-content").nth(1).click()
-                page.keyboard.type("x + 1")
-                page.keyboard.press("Shift+Enter")
-                try:
-                    expect(status).to_have_attribute("data-state", "restoring", timeout=15_000)
-                    shot("restoring")
-                except AssertionError:
-                    pass  # too quick to catch on screen; the recorded states below still tell
-                output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
-                expect(output).to_have_text("42", timeout=60_000)
-                expect(status).to_have_attribute("data-state", "running", timeout=30_000)
-                expect(row).to_have_attribute("data-state", "running", timeout=10_000)
-                shot("resumed-output-42")
-                seen = page.evaluate("window.gpuckptStates")
-                assert "restoring" in seen, seen
-                assert seen[-1] == "running", seen
+                yield page, shot
             except Exception:
                 shot("failure")
                 print("\n".join(console[-30:]))
@@ -123,3 +145,168 @@ def test_suspend_and_resume_by_running_a_cell(lab: Server) -> None:
         finally:
             browser.close()
     print("screenshots:", *map(str, shots), sep="\n  ")
+
+
+def new_notebook(page: Page) -> None:
+    """A new notebook with the gpuckpt kernel, from the launcher; waits until it runs."""
+    from playwright.sync_api import expect
+
+    card = page.locator('.jp-LauncherCard[data-category="Notebook"]', has_text="Python 3 (GPU checkpoint)")
+    card.click(timeout=60_000)
+    expect(page.locator(STATUS)).to_have_attribute("data-state", "running", timeout=60_000)
+
+
+def run_cell(page: Page, index: int, code: str) -> Any:
+    """Type ``code`` into cell ``index`` and run it; the cell's output locator."""
+    page.locator(".jp-Notebook .jp-Cell .cm-content").nth(index).click()
+    page.keyboard.type(code)
+    page.keyboard.press("Shift+Enter")
+    return page.locator(".jp-Notebook .jp-Cell").nth(index).locator(".jp-OutputArea-output")
+
+
+def assert_no_mid_word_breaks(page: Page) -> None:
+    result = page.evaluate(MID_WORD_BREAKS_JS)
+    assert result["words"] > 10, result
+    assert not result["problems"], result
+
+
+def test_suspend_and_resume_by_running_a_cell(lab: Server) -> None:
+    from playwright.sync_api import expect
+
+    with browser_page(lab, "suspend") as (page, shot):
+        new_notebook(page)
+        status = page.locator(STATUS)
+
+        # x = 41
+        run_cell(page, 0, "x = 41")
+        expect(page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first).to_contain_text("[1]", timeout=60_000)
+        # the toolbar button comes from the settings schema (jupyter.lab.toolbars)
+        toggle = page.locator(TOGGLE)
+        expect(toggle).to_be_enabled(timeout=30_000)
+        expect(toggle).to_contain_text("Suspend")
+        shot("cell-ran-x-41")
+
+        # the Kernel menu entries come from the settings schema too (jupyter.lab.menus)
+        page.locator(".lm-MenuBar-item", has_text="Kernel").click()
+        kernel_menu = page.locator(".lm-Menu")
+        expect(kernel_menu.locator('[data-command="jupyter-gpuckpt:suspend"]')).to_contain_text(
+            "Suspend kernel (release GPU)")
+        expect(kernel_menu.locator('[data-command="jupyter-gpuckpt:checkpoint"]')).to_be_visible()
+        shot("kernel-menu")
+        page.keyboard.press("Escape")
+
+        # Suspend: the status bar says so, and the panel too
+        toggle.click()
+        expect(status).to_have_attribute("data-state", "suspended", timeout=60_000)
+        expect(status).to_contain_text("suspended")
+        expect(toggle).to_contain_text("Resume")
+        shot("suspended-status-bar")
+
+        status.click()
+        card = page.locator(CARD)
+        expect(card).to_have_attribute("data-state", "suspended", timeout=10_000)
+        expect(card.locator(".jp-gpuckpt-state")).to_have_text("suspended")
+        expect(card.locator(".jp-gpuckpt-notebook")).to_have_text("Untitled.ipynb")
+        expect(card.locator('button[aria-label="Resume kernel"]')).to_be_enabled()
+        expect(card.locator('button[aria-label="Suspend kernel (release GPU)"]')).to_be_disabled()
+        assert_no_mid_word_breaks(page)
+        shot("suspended-panel")
+        shot("suspended-panel-only", page.locator(".jp-gpuckpt-panel"))
+
+        # the card is updated in place from now on: the same element, never replaced
+        page.evaluate("""() => {
+            window.gpuckptCard = document.querySelector('.jp-gpuckpt-kernel');
+            const seen = window.gpuckptStates = [];
+            const node = document.querySelector('.jp-gpuckpt-status');
+            new MutationObserver(() => seen.push(node.dataset.state))
+                .observe(node, {attributes: true, attributeFilter: ['data-state']});
+            const replaced = window.gpuckptReplaced = [];
+            new MutationObserver(records => records.forEach(r => replaced.push(...r.removedNodes)))
+                .observe(document.querySelector('.jp-gpuckpt-kernels'), {childList: true});
+        }""")
+
+        # x + 1 in the suspended notebook: it resumes by itself, then runs
+        output = run_cell(page, 1, "x + 1")
+        try:
+            expect(status).to_have_attribute("data-state", "restoring", timeout=15_000)
+            shot("restoring")
+        except AssertionError:
+            pass  # too quick to catch on screen; the recorded states below still tell
+        expect(output.last).to_have_text("42", timeout=60_000)
+        expect(status).to_have_attribute("data-state", "running", timeout=30_000)
+        expect(card).to_have_attribute("data-state", "running", timeout=10_000)
+        expect(card.locator(".jp-gpuckpt-state")).to_have_text("running")
+        shot("resumed-output-42")
+        seen = page.evaluate("window.gpuckptStates")
+        assert "restoring" in seen, seen
+        assert seen[-1] == "running", seen
+        assert page.evaluate("document.querySelector('.jp-gpuckpt-kernel') === window.gpuckptCard"), \
+            "the kernel's card was built again instead of updated"
+        assert page.evaluate("window.gpuckptReplaced.length") == 0
+        assert_no_mid_word_breaks(page)
+        shot("running-panel-light", page.locator(".jp-gpuckpt-panel"))
+
+        # resuming a running kernel (the palette would not offer it) says what happened
+        page.evaluate("id => window.jupyterapp.commands.execute('jupyter-gpuckpt:resume', {kernelId: id})",
+                      card.get_attribute("data-kernel-id"))
+        expect(page.locator(".Toastify__toast", has_text="Untitled.ipynb is already running")).to_be_visible(
+            timeout=30_000)
+        expect(card).to_have_attribute("data-state", "running")
+
+        # the dark theme: the same panel, with JupyterLab's dark variables
+        page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Dark'})")
+        expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "false", timeout=30_000)
+        page.wait_for_timeout(500)  # the theme's stylesheet applies after the attribute
+        assert_no_mid_word_breaks(page)
+        shot("running-dark")
+        shot("running-panel-dark", page.locator(".jp-gpuckpt-panel"))
+        toggle.click()
+        expect(card).to_have_attribute("data-state", "suspended", timeout=60_000)
+        assert_no_mid_word_breaks(page)
+        shot("suspended-panel-dark", page.locator(".jp-gpuckpt-panel"))
+        assert page.evaluate("document.querySelector('.jp-gpuckpt-kernel') === window.gpuckptCard")
+        page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
+        expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "true", timeout=30_000)
+
+
+def test_restore_report_and_rebuild(lab: Server) -> None:
+    """A generator cannot be saved: after a suspend and a resume the panel says so and
+    offers Rebuild, which re-runs the cell that made it."""
+    from playwright.sync_api import expect
+
+    with browser_page(lab, "rebuild") as (page, shot):
+        new_notebook(page)
+        status = page.locator(STATUS)
+        run_cell(page, 0, "g = (i for i in range(3))")
+        expect(page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first).to_contain_text("[1]", timeout=60_000)
+        toggle = page.locator(TOGGLE)
+        expect(toggle).to_be_enabled(timeout=30_000)
+        toggle.click()
+        expect(status).to_have_attribute("data-state", "suspended", timeout=60_000)
+
+        output = run_cell(page, 1, "40 + 2")
+        expect(output.last).to_contain_text("42", timeout=60_000)
+        expect(status).to_have_attribute("data-state", "running", timeout=30_000)
+
+        status.click()
+        card = page.locator(CARD)
+        report = card.locator(".jp-gpuckpt-report")
+        expect(report).to_be_visible(timeout=15_000)
+        expect(report).to_have_attribute("data-kind", "offer")
+        expect(report).to_contain_text("g (")
+        rebuild = report.get_by_role("button", name="Re-run the cells that rebuild what was not restored")
+        expect(rebuild).to_be_enabled()
+        expect(rebuild).to_contain_text("Rebuild")
+        assert_no_mid_word_breaks(page)
+        shot("report-offers-rebuild")
+        shot("report-panel", page.locator(".jp-gpuckpt-panel"))
+
+        rebuild.click()
+        expect(report).to_have_attribute("data-kind", "rebuilt", timeout=60_000)
+        expect(rebuild).to_be_hidden()
+        assert_no_mid_word_breaks(page)
+        shot("rebuilt-panel", page.locator(".jp-gpuckpt-panel"))
+
+        output = run_cell(page, 2, 'print("next", next(g))')
+        expect(output.last).to_contain_text("next 0", timeout=60_000)
+        shot("next-g-is-0")

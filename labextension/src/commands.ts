@@ -7,15 +7,25 @@ import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { TranslationBundle } from '@jupyterlab/translation';
 import { ReadonlyPartialJSONObject } from '@lumino/coreutils';
+import { baseName, outcomeText } from './format';
 import { KernelAction, GPUCheckpointAPI } from './handler';
 import { gpuckptIcon } from './icon';
 import { GPUCheckpointModel } from './model';
-import { canCheckpoint, canResume, canSuspend } from './reduce';
+import {
+  canCheckpoint,
+  canRebuild,
+  canResume,
+  canSuspend,
+  rebuildOffer
+} from './reduce';
+import { IActionResult } from './types';
 
 export namespace CommandIDs {
   export const suspend = 'jupyter-gpuckpt:suspend';
   export const resume = 'jupyter-gpuckpt:resume';
   export const checkpoint = 'jupyter-gpuckpt:checkpoint';
+  /** Re-run the cells that rebuild what the last restore could not bring back. */
+  export const rebuild = 'jupyter-gpuckpt:rebuild';
   /** The notebook toolbar's button: suspend a running kernel, resume a suspended one. */
   export const toggle = 'jupyter-gpuckpt:suspend-or-resume';
   export const deleteCheckpoint = 'jupyter-gpuckpt:delete-checkpoint';
@@ -52,15 +62,29 @@ export function addCommands(
   const kernelOf = (args: ReadonlyPartialJSONObject) =>
     model.kernel(kernelIdOf(args));
 
+  const nameOf = (kernelId: string): string => {
+    for (const session of app.serviceManager.sessions.running()) {
+      if (session.kernel?.id === kernelId) {
+        return baseName(session.path);
+      }
+    }
+    return trans.__('kernel %1', kernelId.slice(0, 8));
+  };
+
+  /**
+   * Run `action` and wait for its end (progress comes as events meanwhile); say so when
+   * it found nothing to do, and show the server's message when it failed.
+   */
   const run = async (
     kernelId: string | undefined,
     action: KernelAction
-  ): Promise<void> => {
+  ): Promise<IActionResult | undefined> => {
     if (!kernelId) {
-      return;
+      return undefined;
     }
+    let result: IActionResult;
     try {
-      await model.act(kernelId, action);
+      result = await model.act(kernelId, action, { wait: true });
     } catch (error) {
       Notification.error(
         trans.__(
@@ -70,6 +94,25 @@ export function addCommands(
         ),
         { autoClose: false }
       );
+      return undefined;
+    }
+    const noop = outcomeText(result.outcome, nameOf(kernelId), trans);
+    if (noop) {
+      Notification.info(noop, { autoClose: 5000 });
+    }
+    return result;
+  };
+
+  const rebuild = async (kernelId: string | undefined): Promise<void> => {
+    const rebuilt = (await run(kernelId, 'rebuild'))?.rebuilt;
+    if (!rebuilt || !kernelId) {
+      return;
+    }
+    const text = `${nameOf(kernelId)}: ${rebuilt.text}`;
+    if (rebuilt.failed || rebuilt.missing.length) {
+      Notification.warning(text, { autoClose: false });
+    } else {
+      Notification.success(text, { autoClose: 5000 });
     }
   };
 
@@ -112,6 +155,15 @@ export function addCommands(
     caption: trans.__('Save the kernel state; the kernel keeps running'),
     isEnabled: args => canCheckpoint(kernelOf(args)),
     execute: args => run(kernelIdOf(args), 'checkpoint')
+  });
+  commands.addCommand(CommandIDs.rebuild, {
+    label: trans.__('Rebuild what the restore did not bring back'),
+    caption: trans.__(
+      'Re-run, in order, the recorded cells that created the variables the last restore could not bring back'
+    ),
+    isEnabled: args => canRebuild(kernelOf(args)),
+    isVisible: args => rebuildOffer(kernelOf(args)) === 'ask',
+    execute: args => rebuild(kernelIdOf(args))
   });
   commands.addCommand(CommandIDs.toggle, {
     label: args =>

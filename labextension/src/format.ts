@@ -149,3 +149,59 @@ export function skippedText(
       )
     : trans.__('Not saved: %1.', names);
 }
+
+/** The last part of a notebook's path: `"a/b/Untitled.ipynb"` -> `"Untitled.ipynb"`. */
+export function baseName(path: string): string {
+  const parts = path.split('/').filter(p => p.length);
+  return parts.length ? parts[parts.length - 1] : path;
+}
+
+/**
+ * What an action that found nothing to do did, in a sentence; null for actions that ran
+ * (`started`, `done`).
+ */
+export function outcomeText(
+  outcome: string | undefined,
+  name: string,
+  trans: ITrans
+): string | null {
+  switch (outcome) {
+    case 'already running':
+      return trans.__('%1 is already running: nothing to resume.', name);
+    case 'already suspended':
+      return trans.__('%1 is already suspended.', name);
+    default:
+      return null;
+  }
+}
+
+/** The processes that outlived a suspend, in a sentence; null if none did. */
+export function survivorsText(
+  survivors: string[] | undefined,
+  name: string,
+  trans: ITrans
+): string | null {
+  if (!survivors || !survivors.length) {
+    return null;
+  }
+  return trans.__(
+    '%1 was suspended, but %2 process(es) outlived it and may still hold GPU memory, so its GPUs stay held: %3.',
+    name,
+    survivors.length,
+    survivors.join(', ')
+  );
+}
+
+/** The names a restore did not bring back, with why: `"g (generator); h (lost)"`. */
+export function notRestoredText(
+  report: {
+    skipped?: { name: string; reason: string }[];
+    lost?: { name: string; reason: string }[];
+  },
+  trans: ITrans
+): string {
+  const missing = [...(report.lost ?? []), ...(report.skipped ?? [])];
+  return missing.length
+    ? missing.map(s => `${s.name} (${s.reason})`).join('; ')
+    : trans.__('nothing');
+}

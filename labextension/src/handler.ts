@@ -3,7 +3,7 @@
  */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
-import { ICheckpointInfo, IGPUs, IKernel } from './types';
+import { IActionResult, ICheckpointInfo, IGPUs, IKernel } from './types';
 
 /**
  * Call the server extension's REST API.
@@ -43,7 +43,7 @@ export async function requestAPI<T>(
   return data as T;
 }
 
-export type KernelAction = 'checkpoint' | 'suspend' | 'resume';
+export type KernelAction = 'checkpoint' | 'suspend' | 'resume' | 'rebuild';
 
 /** The REST calls, by what they do. */
 export namespace GPUCheckpointAPI {
@@ -57,14 +57,19 @@ export namespace GPUCheckpointAPI {
     return requestAPI<IGPUs>('gpus', {}, settings);
   }
 
-  /** Start `action`; the server answers 202 and reports progress as events. */
+  /**
+   * Run `action` on a kernel. Without `wait` the server answers at once (`outcome`
+   * `started`); with it, when the action ended, with what happened (`done`, `already
+   * running`, `already suspended`). Progress comes as events either way.
+   */
   export function act(
     kernelId: string,
     action: KernelAction,
-    settings?: ServerConnection.ISettings
-  ): Promise<IKernel> {
-    return requestAPI<IKernel>(
-      `kernels/${encodeURIComponent(kernelId)}/${action}`,
+    settings?: ServerConnection.ISettings,
+    wait = false
+  ): Promise<IActionResult> {
+    return requestAPI<IActionResult>(
+      `kernels/${encodeURIComponent(kernelId)}/${action}${wait ? '?wait=1' : ''}`,
       { method: 'POST', body: '{}' },
       settings
     );

@@ -1,6 +1,8 @@
 /**
- * jupyter-gpuckpt's JupyterLab plugins: the model, the commands (toolbar, Kernel menu,
- * palette), the status bar item, the side panel and the notifications.
+ * jupyter-gpuckpt's JupyterLab plugins: the model, the commands (palette here; the
+ * notebook toolbar button and Kernel menu entries come from schema/commands.json, so users
+ * can move or hide them in Settings), the status bar item, the side panel and the
+ * notifications.
  */
 import {
   ILabShell,
@@ -8,8 +10,11 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { CommandToolbarButton, ICommandPalette } from '@jupyterlab/apputils';
-import { IMainMenu } from '@jupyterlab/mainmenu';
+import {
+  CommandToolbarButton,
+  ICommandPalette,
+  IToolbarWidgetRegistry
+} from '@jupyterlab/apputils';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { IStatusBar } from '@jupyterlab/statusbar';
@@ -28,6 +33,9 @@ import { GPUCheckpointStatus } from './status';
 export { CommandIDs };
 
 const DOMAIN = 'jupyter_gpuckpt';
+
+/** The notebook toolbar item's name in schema/commands.json. */
+const TOOLBAR_ITEM = 'gpuckpt-suspend-resume';
 
 function translate(translator: ITranslator | null): TranslationBundle {
   return (translator ?? nullTranslator).load(DOMAIN);
@@ -54,7 +62,8 @@ function followSettings(
 }
 
 /**
- * The model: kernels and GPUs from one REST fetch at start and one after each event.
+ * The model: kernels and GPUs from one REST fetch at start, one after each event that is
+ * not progress, and one when a notebook gets a new kernel.
  */
 const modelPlugin: JupyterFrontEndPlugin<GPUCheckpointModel> = {
   id: 'jupyter-gpuckpt:model',
@@ -69,23 +78,32 @@ const modelPlugin: JupyterFrontEndPlugin<GPUCheckpointModel> = {
       serverSettings: serviceManager.serverSettings,
       events: serviceManager.events ?? null
     });
-    // a notebook that gets a new kernel, or whose kernel went idle (idle time restarts)
     tracker?.widgetAdded.connect((_, panel: NotebookPanel) => {
       const context = panel.sessionContext;
+      // a new kernel is news to the server's list; a restarted one may have changed
       context.kernelChanged.connect(() => void model.refresh());
       context.statusChanged.connect((_, status) => {
-        if (status === 'idle' || status === 'restarting') {
+        if (status === 'busy' || status === 'idle') {
+          // a cell ran: its idle time restarts here, without asking the server
+          model.markActivity(context.session?.kernel?.id);
+        } else if (status === 'restarting') {
           void model.refresh();
         }
       });
     });
-    void app.restored.then(() => model.refresh());
+    app.restored
+      .then(() => model.refresh())
+      .catch(reason =>
+        console.error('jupyter-gpuckpt: first fetch failed', reason)
+      );
     return model;
   }
 };
 
 /**
- * Suspend, resume and checkpoint: notebook toolbar button, Kernel menu, command palette.
+ * Suspend, resume, checkpoint and rebuild: the commands and their palette entries. Their
+ * notebook toolbar button and Kernel menu entries are declared in this plugin's settings
+ * schema (`jupyter.lab.toolbars`, `jupyter.lab.menus`).
  */
 const commandsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-gpuckpt:commands',
@@ -96,7 +114,7 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
   optional: [
     INotebookTracker,
     ICommandPalette,
-    IMainMenu,
+    IToolbarWidgetRegistry,
     ISettingRegistry,
     ITranslator
   ],
@@ -105,7 +123,7 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
     model: GPUCheckpointModel,
     tracker: INotebookTracker | null,
     palette: ICommandPalette | null,
-    mainMenu: IMainMenu | null,
+    toolbarRegistry: IToolbarWidgetRegistry | null,
     settings: ISettingRegistry | null,
     translator: ITranslator | null
   ) => {
@@ -126,28 +144,22 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
       CommandIDs.suspend,
       CommandIDs.resume,
       CommandIDs.checkpoint,
+      CommandIDs.rebuild,
       CommandIDs.refresh
     ]) {
       palette?.addItem({ command, category });
     }
-    mainMenu?.kernelMenu.addGroup(
-      [
-        { command: CommandIDs.suspend },
-        { command: CommandIDs.resume },
-        { command: CommandIDs.checkpoint }
-      ],
-      50
-    );
-    app.docRegistry.addWidgetExtension('Notebook', {
-      createNew: (panel: NotebookPanel) => {
-        const button = new CommandToolbarButton({
-          commands: app.commands,
-          id: CommandIDs.toggle
-        });
-        button.addClass('jp-gpuckpt-toolbar-button');
-        panel.toolbar.insertAfter('cellType', 'gpuckpt-suspend-resume', button);
-        return button;
-      }
+    // The schema places the toolbar item; this factory makes it show the command's label
+    // ('Suspend' / 'Resume') beside its icon, which JupyterLab's default factory leaves
+    // out for commands with an icon.
+    toolbarRegistry?.addFactory('Notebook', TOOLBAR_ITEM, () => {
+      const button = new CommandToolbarButton({
+        commands: app.commands,
+        id: CommandIDs.toggle,
+        args: { toolbar: true }
+      });
+      button.addClass('jp-gpuckpt-toolbar-button');
+      return button;
     });
   }
 };

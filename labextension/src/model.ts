@@ -2,8 +2,9 @@
  * What the browser knows of the server's checkpointable kernels and GPUs.
  *
  * Fed by the server's event stream (jupyter_events, /api/events/subscribe): each
- * jupyter_gpuckpt event updates the kernel at once (reduce.ts) and schedules one REST
- * fetch that brings the server's full model. Nothing polls.
+ * jupyter_gpuckpt event updates the kernel at once (reduce.ts) and, unless it only reports
+ * progress, schedules one REST fetch that brings the server's full model. Cells that run
+ * restart a kernel's idle time here (`markActivity`) without a fetch. Nothing polls.
  */
 import { Event, ServerConnection } from '@jupyterlab/services';
 import { Token } from '@lumino/coreutils';
@@ -11,8 +12,8 @@ import { IDisposable } from '@lumino/disposable';
 import { Debouncer } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { GPUCheckpointAPI, KernelAction } from './handler';
-import { applyEvent, parseEvent } from './reduce';
-import { IGPU, IGpuckptEvent, IKernel } from './types';
+import { applyEvent, markActivity, parseEvent } from './reduce';
+import { IActionResult, IGPU, IGpuckptEvent, IKernel } from './types';
 
 export class GPUCheckpointModel implements IDisposable {
   constructor(options: GPUCheckpointModel.IOptions) {
@@ -74,12 +75,40 @@ export class GPUCheckpointModel implements IDisposable {
     return this._debouncer.invoke();
   }
 
-  /** Ask the server for `action` on a kernel, then show its answer. */
-  async act(kernelId: string, action: KernelAction): Promise<IKernel> {
-    const kernel = await GPUCheckpointAPI.act(kernelId, action, this._settings);
+  /**
+   * Ask the server for `action` on a kernel, then show its answer.
+   *
+   * @param options.wait answer when the action ended, with its `outcome`
+   */
+  async act(
+    kernelId: string,
+    action: KernelAction,
+    options: { wait?: boolean } = {}
+  ): Promise<IActionResult> {
+    const result = await GPUCheckpointAPI.act(
+      kernelId,
+      action,
+      this._settings,
+      options.wait ?? false
+    );
+    // eslint-disable-next-line @typescript-eslint/no-unused-vars
+    const { outcome, rebuilt, ...kernel } = result;
     this._set(kernel);
     void this.refresh();
-    return kernel;
+    return result;
+  }
+
+  /**
+   * A kernel ran something (its notebook saw it go busy or idle): its idle time starts
+   * again. No fetch: the server's idle time says the same, and events tell the rest.
+   */
+  markActivity(kernelId: string | null | undefined): void {
+    const kernel = this.kernel(kernelId);
+    const next = markActivity(kernel);
+    if (next && next !== kernel) {
+      this._kernels.set(next.id, next);
+      this._changed.emit();
+    }
   }
 
   dispose(): void {

@@ -9,7 +9,8 @@ import {
   formatBytes,
   formatDuration,
   formatProgress,
-  skippedText
+  skippedText,
+  survivorsText
 } from './format';
 import { GPUCheckpointModel } from './model';
 import { IGpuckptEvent, IKernel } from './types';
@@ -149,6 +150,15 @@ export class GPUCheckpointNotifier {
         type = 'warning';
         autoClose = false;
       }
+      // processes that outlived the suspend may still hold GPU memory: always worth a word
+      const survivors = survivorsText(event.survivors, name, trans);
+      if (survivors) {
+        message = survivors;
+        type = 'warning';
+        autoClose = false;
+        // the server's notice says the same; the fetch after this event brings it
+        this._toldNotice.add(event.kernel_id);
+      }
     } else if (event.event === 'checkpoint') {
       message = trans.__(
         '%1 checkpointed: %2 (%3 new).',
@@ -207,7 +217,8 @@ export class GPUCheckpointNotifier {
           });
         }
       }
-      if (kernel.notice && kernel.notice !== old.notice) {
+      const told = this._toldNotice.delete(kernel.id);
+      if (kernel.notice && kernel.notice !== old.notice && !told) {
         Notification.info(`${this._name(kernel.id)}: ${kernel.notice}`, {
           autoClose: false
         });
@@ -220,6 +231,8 @@ export class GPUCheckpointNotifier {
   private _trans: TranslationBundle;
   private _ids = new Map<string, string>();
   private _told = new Set<string>();
+  /** Kernels whose next notice a notification already told. */
+  private _toldNotice = new Set<string>();
 }
 
 export namespace GPUCheckpointNotifier {

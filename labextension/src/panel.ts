@@ -1,45 +1,26 @@
 /**
- * The side panel: the user's kernels with their state, GPUs, idle time and last
- * checkpoint, actions on each, and the server's GPUs with who holds them.
+ * The side panel: a card per kernel (card.ts) with its state, GPUs, idle time, last
+ * checkpoint, actions and restore report, and the server's GPUs with who holds them.
+ *
+ * Built for a narrow sidebar and updated in place: the cards and GPU rows are keyed by
+ * kernel id and GPU uuid, made once, and each update changes only the text, attributes
+ * and buttons whose data changed.
  */
 import { Session } from '@jupyterlab/services';
 import { TranslationBundle } from '@jupyterlab/translation';
+import { refreshIcon } from '@jupyterlab/ui-components';
 import { CommandRegistry } from '@lumino/commands';
 import { Widget } from '@lumino/widgets';
+import { KernelCard } from './card';
 import { CommandIDs } from './commands';
-import {
-  checkpointAge,
-  formatBytes,
-  formatDuration,
-  formatGpus,
-  formatState,
-  idleSeconds
-} from './format';
+import { baseName } from './format';
+import { h, iconButton, setHidden, setText, syncChildren } from './dom';
+import { GpuList } from './gpulist';
 import { GPUCheckpointAPI } from './handler';
 import { gpuckptIcon } from './icon';
 import { GPUCheckpointModel } from './model';
-import { canCheckpoint, canResume, canSuspend } from './reduce';
-import { ICheckpointInfo, IKernel } from './types';
-
-type Child = Node | string | null | undefined | false;
-
-/** A DOM element; text is always set as text, never parsed as HTML. */
-function h(
-  tag: string,
-  props: Record<string, string> = {},
-  ...children: Child[]
-): HTMLElement {
-  const element = document.createElement(tag);
-  for (const [key, value] of Object.entries(props)) {
-    element.setAttribute(key, value);
-  }
-  for (const child of children) {
-    if (child) {
-      element.append(child);
-    }
-  }
-  return element;
-}
+import { ICheckpointInfo } from './types';
+import { kernelCardView } from './view';
 
 export class GPUCheckpointPanel extends Widget {
   constructor(options: GPUCheckpointPanel.IOptions) {
@@ -47,18 +28,57 @@ export class GPUCheckpointPanel extends Widget {
     this._model = options.model;
     this._commands = options.commands;
     this._sessions = options.sessions;
-    this._trans = options.trans;
+    const trans = (this._trans = options.trans);
     this.id = 'jupyter-gpuckpt-panel';
     this.addClass('jp-gpuckpt-panel');
     this.title.icon = gpuckptIcon;
-    this.title.caption = this._trans.__('GPU kernels');
+    this.title.caption = trans.__('GPU kernels');
+
+    this._error = h('p', { class: 'jp-gpuckpt-error' });
+    this._kernelList = h('ul', {
+      class: 'jp-gpuckpt-kernels',
+      'aria-label': trans.__('GPU kernels')
+    });
+    this._noKernels = h(
+      'p',
+      { class: 'jp-gpuckpt-empty' },
+      trans.__('No kernels are running.')
+    );
+    this._gpuTitle = h('h2', {});
+    this._gpuList = new GpuList(trans);
+    this._noGpus = h(
+      'p',
+      { class: 'jp-gpuckpt-empty' },
+      trans.__('This server has no GPUs that NVML can see.')
+    );
+    this.node.append(
+      h(
+        'div',
+        { class: 'jp-gpuckpt-panel-body' },
+        h(
+          'div',
+          { class: 'jp-gpuckpt-panel-head' },
+          h('h2', {}, trans.__('GPU kernels')),
+          iconButton(refreshIcon, trans.__('Refresh GPU kernels'), () =>
+            this._commands.execute(CommandIDs.refresh)
+          )
+        ),
+        this._error,
+        this._kernelList,
+        this._noKernels,
+        this._gpuTitle,
+        this._gpuList.node,
+        this._noGpus
+      )
+    );
+
     this._model.changed.connect(this.update, this);
     this._sessions?.runningChanged.connect(this.update, this);
-    this._commands.commandChanged.connect(this.update, this);
     this._timer = window.setInterval(
       () => this.isVisible && this.update(),
       options.tick ?? 10_000
     );
+    this.update();
   }
 
   dispose(): void {
@@ -73,266 +93,117 @@ export class GPUCheckpointPanel extends Widget {
   protected onUpdateRequest(): void {
     const trans = this._trans;
     const now = Date.now();
-    const kernels = [...this._model.kernels.values()];
-    const rows = kernels.map(k => this._kernelRow(k, now));
-    const body = h(
-      'div',
-      { class: 'jp-gpuckpt-panel-body' },
-      h('h2', {}, trans.__('GPU kernels')),
-      this._model.error &&
-        h(
-          'p',
-          { class: 'jp-gpuckpt-error' },
-          trans.__('Could not reach the server: %1', this._model.error)
-        ),
-      kernels.length
-        ? h(
-            'table',
-            { class: 'jp-gpuckpt-kernels' },
-            h(
-              'thead',
-              {},
-              h(
-                'tr',
-                {},
-                ...[
-                  trans.__('Notebook'),
-                  trans.__('State'),
-                  trans.__('GPUs'),
-                  trans.__('Idle'),
-                  trans.__('Last checkpoint')
-                ].map(t => h('th', {}, t))
-              )
-            ),
-            h('tbody', {}, ...rows.flat())
-          )
-        : h(
-            'p',
-            { class: 'jp-gpuckpt-empty' },
-            trans.__('No kernels are running.')
-          ),
-      h(
-        'h2',
-        {},
-        this._model.node
-          ? trans.__('GPUs on %1', this._model.node)
-          : trans.__('GPUs')
-      ),
-      this._gpuTable()
+    const model = this._model;
+    setText(
+      this._error,
+      model.error
+        ? trans.__('Could not reach the server: %1', model.error)
+        : null
     );
-    this.node.replaceChildren(body);
-  }
 
-  private _notebookOf(kernelId: string): string {
-    for (const session of this._sessions?.running() ?? []) {
-      if (session.kernel?.id === kernelId) {
-        return session.path;
+    const paths = this._paths();
+    const cards: HTMLElement[] = [];
+    for (const kernel of model.kernels.values()) {
+      const card = this._cards.get(kernel.id) ?? this._newCard(kernel.id);
+      card.update(
+        kernelCardView(kernel, paths.get(kernel.id) ?? null, now, trans)
+      );
+      cards.push(card.node);
+    }
+    for (const id of this._cards.keys()) {
+      if (!model.kernels.has(id)) {
+        this._cards.delete(id);
+        this._expanded.delete(id);
       }
     }
-    return kernelId.slice(0, 8);
+    syncChildren(this._kernelList, cards);
+    setHidden(this._noKernels, cards.length > 0);
+
+    setText(
+      this._gpuTitle,
+      model.node ? trans.__('GPUs on %1', model.node) : trans.__('GPUs')
+    );
+    this._gpuList.update(model.gpus, kernelId => {
+      const path = paths.get(kernelId);
+      return path
+        ? baseName(path)
+        : trans.__('kernel %1', kernelId.slice(0, 8));
+    });
+    setHidden(this._noGpus, model.gpus.length > 0);
   }
 
-  private _kernelRow(kernel: IKernel, now: number): HTMLElement[] {
-    const trans = this._trans;
-    const checkpoint = kernel.last_checkpoint;
-    const age = checkpointAge(kernel, now);
-    const idle = idleSeconds(kernel, now);
-    const row = h(
-      'tr',
+  /** Notebook paths by kernel id, from this browser's sessions. */
+  private _paths(): Map<string, string> {
+    const paths = new Map<string, string>();
+    for (const session of this._sessions?.running() ?? []) {
+      if (session.kernel?.id) {
+        paths.set(session.kernel.id, session.path);
+      }
+    }
+    return paths;
+  }
+
+  private _newCard(kernelId: string): KernelCard {
+    const args = { kernelId };
+    const run = (command: string) => this._commands.execute(command, args);
+    const card: KernelCard = new KernelCard(
+      kernelId,
       {
-        class: 'jp-gpuckpt-kernel',
-        'data-kernel-id': kernel.id,
-        'data-state': kernel.state
+        checkpoint: () => run(CommandIDs.checkpoint),
+        suspend: () => run(CommandIDs.suspend),
+        resume: () => run(CommandIDs.resume),
+        rebuild: async () => {
+          card.rebuilding = true;
+          try {
+            await run(CommandIDs.rebuild);
+          } finally {
+            card.rebuilding = false;
+            this.update();
+          }
+        },
+        toggleCheckpoints: () => this._toggleCheckpoints(kernelId),
+        deleteCheckpoint: async id => {
+          if (
+            await this._commands.execute(CommandIDs.deleteCheckpoint, {
+              checkpointId: id
+            })
+          ) {
+            await this._loadCheckpoints(kernelId);
+          }
+        }
       },
-      h(
-        'td',
-        { class: 'jp-gpuckpt-notebook', title: kernel.id },
-        this._notebookOf(kernel.id)
-      ),
-      h('td', { class: 'jp-gpuckpt-state' }, formatState(kernel, trans)),
-      h(
-        'td',
-        {},
-        kernel.state === 'suspended'
-          ? trans.__('released')
-          : formatGpus(kernel.gpus, trans)
-      ),
-      h(
-        'td',
-        {},
-        idle === null || kernel.state !== 'running' ? '–' : formatDuration(idle)
-      ),
-      h(
-        'td',
-        {},
-        checkpoint
-          ? trans.__(
-              '%1 ago, %2',
-              formatDuration(age),
-              formatBytes(checkpoint.bytes_total)
-            )
-          : trans.__('none')
-      )
+      this._trans
     );
-    const args = { kernelId: kernel.id };
-    const actions = h(
-      'div',
-      { class: 'jp-gpuckpt-actions' },
-      this._button(trans.__('Checkpoint now'), canCheckpoint(kernel), () =>
-        this._commands.execute(CommandIDs.checkpoint, args)
-      ),
-      kernel.suspendable &&
-        this._button(trans.__('Suspend'), canSuspend(kernel), () =>
-          this._commands.execute(CommandIDs.suspend, args)
-        ),
-      kernel.suspendable &&
-        this._button(trans.__('Resume'), canResume(kernel), () =>
-          this._commands.execute(CommandIDs.resume, args)
-        ),
-      this._button(
-        this._expanded.has(kernel.id)
-          ? trans.__('Hide checkpoints')
-          : trans.__('Checkpoints…'),
-        true,
-        () => this._toggleCheckpoints(kernel.id)
-      )
-    );
-    const extra = h(
-      'td',
-      { colspan: '5' },
-      actions,
-      kernel.last_error &&
-        h('div', { class: 'jp-gpuckpt-error' }, kernel.last_error),
-      kernel.notice && h('div', { class: 'jp-gpuckpt-notice' }, kernel.notice),
-      this._expanded.has(kernel.id) && this._checkpointList(kernel.id)
-    );
-    return [row, h('tr', { class: 'jp-gpuckpt-kernel-extra' }, extra)];
-  }
-
-  private _checkpointList(kernelId: string): HTMLElement {
-    const trans = this._trans;
-    const list = this._checkpoints.get(kernelId);
-    if (list === undefined) {
-      return h('div', {}, trans.__('Loading…'));
-    }
-    if (!list.length) {
-      return h('div', {}, trans.__('No checkpoints.'));
-    }
-    return h(
-      'ul',
-      { class: 'jp-gpuckpt-checkpoints' },
-      ...list.map(c =>
-        h(
-          'li',
-          {},
-          h('code', {}, c.id.slice(0, 12)),
-          ` ${c.created ?? ''} · ${formatBytes(c.nbytes)} · ${trans.__('%1 variables', c.variables)}`,
-          c.skipped ? ` (${trans.__('%1 skipped', c.skipped)})` : '',
-          c.problem ? ` · ${c.problem}` : '',
-          ' ',
-          this._button(trans.__('Delete'), true, async () => {
-            if (
-              await this._commands.execute(CommandIDs.deleteCheckpoint, {
-                checkpointId: c.id
-              })
-            ) {
-              await this._loadCheckpoints(kernelId);
-            }
-          })
-        )
-      )
-    );
+    this._cards.set(kernelId, card);
+    return card;
   }
 
   private _toggleCheckpoints(kernelId: string): void {
-    if (this._expanded.delete(kernelId)) {
-      this.update();
+    const card = this._cards.get(kernelId);
+    if (this._expanded.has(kernelId)) {
+      this._expanded.delete(kernelId);
+      card?.showCheckpoints(null);
       return;
     }
     this._expanded.add(kernelId);
-    this.update();
+    card?.showCheckpoints(undefined);
     void this._loadCheckpoints(kernelId);
   }
 
   private async _loadCheckpoints(kernelId: string): Promise<void> {
+    let list: ICheckpointInfo[];
     try {
-      this._checkpoints.set(
+      list = await GPUCheckpointAPI.checkpoints(
         kernelId,
-        await GPUCheckpointAPI.checkpoints(kernelId, this._model.serverSettings)
+        this._model.serverSettings
       );
     } catch (error) {
-      this._checkpoints.set(kernelId, []);
+      console.error('jupyter-gpuckpt: cannot list checkpoints', error);
+      list = [];
     }
-    this.update();
-  }
-
-  private _gpuTable(): HTMLElement {
-    const trans = this._trans;
-    const gpus = this._model.gpus;
-    if (!gpus.length) {
-      return h(
-        'p',
-        { class: 'jp-gpuckpt-empty' },
-        trans.__('This server has no GPUs that NVML can see.')
-      );
+    if (this._expanded.has(kernelId)) {
+      this._cards.get(kernelId)?.showCheckpoints(list);
     }
-    return h(
-      'table',
-      { class: 'jp-gpuckpt-gpus' },
-      h(
-        'thead',
-        {},
-        h(
-          'tr',
-          {},
-          ...[
-            '#',
-            trans.__('GPU'),
-            trans.__('Memory'),
-            trans.__('Use'),
-            trans.__('Held by')
-          ].map(t => h('th', {}, t))
-        )
-      ),
-      h(
-        'tbody',
-        {},
-        ...gpus.map(g =>
-          h(
-            'tr',
-            {},
-            h('td', {}, String(g.index ?? '')),
-            h('td', { title: g.uuid }, g.name),
-            h(
-              'td',
-              {},
-              `${formatBytes(g.memory_used)} / ${formatBytes(g.memory_total)}`
-            ),
-            h('td', {}, `${g.utilization}%`),
-            h(
-              'td',
-              {},
-              g.kernel_id ? this._notebookOf(g.kernel_id) : trans.__('free')
-            )
-          )
-        )
-      )
-    );
-  }
-
-  private _button(
-    label: string,
-    enabled: boolean,
-    onClick: () => unknown
-  ): HTMLElement {
-    const button = h(
-      'button',
-      { class: 'jp-gpuckpt-button jp-mod-styled', type: 'button' },
-      label
-    );
-    (button as HTMLButtonElement).disabled = !enabled;
-    button.addEventListener('click', () => void onClick());
-    return button;
   }
 
   private _model: GPUCheckpointModel;
@@ -340,8 +211,15 @@ export class GPUCheckpointPanel extends Widget {
   private _sessions: Session.IManager | null;
   private _trans: TranslationBundle;
   private _timer: number;
+  private _error: HTMLElement;
+  private _kernelList: HTMLElement;
+  private _noKernels: HTMLElement;
+  private _gpuTitle: HTMLElement;
+  private _gpuList: GpuList;
+  private _noGpus: HTMLElement;
+  private _cards = new Map<string, KernelCard>();
+  /** Kernels whose checkpoint list is open. */
   private _expanded = new Set<string>();
-  private _checkpoints = new Map<string, ICheckpointInfo[]>();
 }
 
 export namespace GPUCheckpointPanel {
@@ -350,7 +228,7 @@ export namespace GPUCheckpointPanel {
     commands: CommandRegistry;
     sessions: Session.IManager | null;
     trans: TranslationBundle;
-    /** Milliseconds between re-renders of the ages while visible (10 s). */
+    /** Milliseconds between updates of the ages while visible (10 s). */
     tick?: number;
   }
 }

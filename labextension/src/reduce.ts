@@ -81,6 +81,11 @@ export function applyEvent(
       next.state = busy[event.event];
       next.progress = 0;
       next.last_error = null;
+      // the server drops the last operation's notice when a new one starts (not for
+      // periodic checkpoints, which the user did not ask for)
+      if (event.reason !== 'periodic') {
+        next.notice = null;
+      }
       break;
     case 'progress':
       next.state = busy[event.event];
@@ -125,6 +130,21 @@ export function applyEvent(
   return next;
 }
 
+/**
+ * The kernel after its notebook ran something (the kernel went busy or idle): its idle
+ * time starts again, without asking the server. Not while a checkpoint or restore is under
+ * way: the server's own calls into the kernel make it busy too, and do not count as use.
+ */
+export function markActivity(
+  kernel: IKernel | undefined,
+  now: number = Date.now()
+): IKernel | undefined {
+  if (!kernel || kernel.state !== 'running' || kernel.progress !== null) {
+    return kernel;
+  }
+  return { ...kernel, idle_seconds: 0, received_at: now };
+}
+
 /** Which commands apply to a kernel in this state. */
 export function canSuspend(kernel: IKernel | undefined): boolean {
   return (
@@ -141,4 +161,26 @@ export function canResume(kernel: IKernel | undefined): boolean {
 
 export function canCheckpoint(kernel: IKernel | undefined): boolean {
   return !!kernel && kernel.state === 'running' && kernel.progress === null;
+}
+
+/**
+ * What to offer for the last restore's report: `ask` (a Rebuild button) when the report
+ * names cells to re-run and none ran since; `always` when the server re-runs them by itself
+ * (a button would run them twice); null when there is nothing to rebuild or the admin
+ * turned rebuilds off.
+ */
+export function rebuildOffer(
+  kernel: IKernel | undefined
+): 'ask' | 'always' | null {
+  const report = kernel?.report;
+  if (!report || !report.cells_to_rerun?.length || report.rebuilt) {
+    return null;
+  }
+  const setting = kernel?.rebuild_skipped ?? 'ask';
+  return setting === 'never' ? null : setting;
+}
+
+/** The Rebuild button applies: offered, and the kernel can run cells now. */
+export function canRebuild(kernel: IKernel | undefined): boolean {
+  return rebuildOffer(kernel) === 'ask' && canCheckpoint(kernel);
 }

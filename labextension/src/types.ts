@@ -28,6 +28,33 @@ export interface ISkippedVariable {
   cells?: number[];
 }
 
+/** What a rebuild (`POST .../rebuild`) re-ran and what it got back. */
+export interface IRebuilt {
+  cells: number[];
+  names: string[];
+  /** Names that the cells that ran did not define again. */
+  missing: string[];
+  failed: { cell: number; error: string } | null;
+  text: string;
+}
+
+/** What the last restore brought back, what it did not and why, which cells rebuild it. */
+export interface IRestoreReport {
+  id: string;
+  restored: string[];
+  nbytes: number;
+  skipped: ISkippedVariable[];
+  lost: ISkippedVariable[];
+  warnings: string[];
+  seconds: number;
+  cells_to_rerun: number[];
+  text: string;
+  rebuilt?: IRebuilt | null;
+}
+
+/** `c.GPUCheckpointApp.rebuild_skipped`. */
+export type RebuildSetting = 'ask' | 'always' | 'never';
+
 /** The summary of a kernel's last checkpoint. */
 export interface ILastCheckpoint {
   id: string;
@@ -56,8 +83,26 @@ export interface IKernel {
   suspendable: boolean;
   execution_state?: string | null;
   suspended_for?: number | null;
+  connections?: number;
+  /** Why a resume waits, e.g. for a GPU held by another kernel; null when it does not. */
+  waiting_for_gpus?: string | null;
+  /** The last restore's report, with the rebuild since if any; null before a restore. */
+  report?: IRestoreReport | null;
+  /** The admin's setting: offer to re-run the cells that rebuild what was not restored. */
+  rebuild_skipped?: RebuildSetting;
   /** When this model was fetched or last changed by an event (ms, browser clock). */
   received_at?: number;
+}
+
+/** What `POST .../{action}` did: `started` (202), or with `?wait=1` how it ended. */
+export type Outcome =
+  'started' | 'done' | 'already running' | 'already suspended';
+
+/** The answer of `POST /api/gpuckpt/kernels/{id}/{action}`: the kernel and the outcome. */
+export interface IActionResult extends IKernel {
+  outcome: Outcome;
+  /** `rebuild` only. */
+  rebuilt?: IRebuilt;
 }
 
 /** `GET /api/gpuckpt/gpus`. */
@@ -98,6 +143,8 @@ export interface IGpuckptEvent {
   gpus_released?: number;
   seconds?: number;
   lost_cells?: number[];
+  /** suspend `done`: processes that outlived the suspend, as "pid N (command)". */
+  survivors?: string[];
   error?: string;
 }
 

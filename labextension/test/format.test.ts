@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
+  baseName,
   checkpointAge,
   formatBytes,
   formatDuration,
@@ -8,8 +9,11 @@ import {
   formatProgress,
   formatState,
   idleSeconds,
+  notRestoredText,
+  outcomeText,
   skippedText,
-  statusText
+  statusText,
+  survivorsText
 } from '../src/format';
 import { IKernel, ITrans } from '../src/types';
 
@@ -146,4 +150,47 @@ test('skippedText names the variables, reasons and cells to re-run', () => {
     skippedText([{ name: 'x', reason: 'r' }], trans),
     'Not saved: x (r).'
   );
+});
+
+test('baseName keeps the file name of a notebook path', () => {
+  assert.equal(baseName('work/deep/Untitled.ipynb'), 'Untitled.ipynb');
+  assert.equal(baseName('Untitled.ipynb'), 'Untitled.ipynb');
+  assert.equal(baseName('dir/'), 'dir');
+});
+
+test('outcomeText says what a no-op did, and nothing for actions that ran', () => {
+  assert.equal(
+    outcomeText('already running', 'a.ipynb', trans),
+    'a.ipynb is already running: nothing to resume.'
+  );
+  assert.equal(
+    outcomeText('already suspended', 'a.ipynb', trans),
+    'a.ipynb is already suspended.'
+  );
+  assert.equal(outcomeText('done', 'a.ipynb', trans), null);
+  assert.equal(outcomeText('started', 'a.ipynb', trans), null);
+  assert.equal(outcomeText(undefined, 'a.ipynb', trans), null);
+});
+
+test('survivorsText lists the processes that outlived a suspend', () => {
+  assert.equal(survivorsText(undefined, 'a.ipynb', trans), null);
+  assert.equal(survivorsText([], 'a.ipynb', trans), null);
+  assert.equal(
+    survivorsText(['pid 12 (python)', 'pid 13 (nvidia-smi)'], 'a.ipynb', trans),
+    'a.ipynb was suspended, but 2 process(es) outlived it and may still hold GPU memory, so its GPUs stay held: pid 12 (python), pid 13 (nvidia-smi).'
+  );
+});
+
+test('notRestoredText names what a restore lost or skipped, with why', () => {
+  assert.equal(
+    notRestoredText(
+      {
+        lost: [{ name: 'h', reason: 'failed to load' }],
+        skipped: [{ name: 'g', reason: 'cannot pickle generator' }]
+      },
+      trans
+    ),
+    'h (failed to load); g (cannot pickle generator)'
+  );
+  assert.equal(notRestoredText({ lost: [], skipped: [] }, trans), 'nothing');
 });

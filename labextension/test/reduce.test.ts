@@ -4,11 +4,14 @@ import {
   applyEvent,
   canCheckpoint,
   canResume,
+  canRebuild,
   canSuspend,
+  markActivity,
   parseEvent,
+  rebuildOffer,
   SCHEMA_PREFIX
 } from '../src/reduce';
-import { IGpuckptEvent, IKernel } from '../src/types';
+import { IGpuckptEvent, IKernel, IRestoreReport } from '../src/types';
 
 const gpu = {
   uuid: 'GPU-1',
@@ -204,4 +207,83 @@ test('events for other or unknown kernels change nothing', () => {
 test('a kernel that is not suspendable offers checkpoint only', () => {
   const k = kernel({ suspendable: false });
   assert.ok(!canSuspend(k) && canCheckpoint(k) && !canResume(k));
+});
+
+test('a new operation clears the last notice, a periodic checkpoint does not', () => {
+  const noticed = kernel({ notice: 'Re-ran cell 2: g is back.' });
+  const suspending = reduce(
+    noticed,
+    message('suspend', { phase: 'started', reason: 'request' })
+  );
+  assert.equal(suspending?.notice, null);
+  const resuming = reduce(
+    kernel({ state: 'suspended', notice: 'old' }),
+    message('resume', { phase: 'started', reason: 'execute' })
+  );
+  assert.equal(resuming?.notice, null);
+  const periodic = reduce(
+    noticed,
+    message('checkpoint', { phase: 'started', reason: 'periodic' })
+  );
+  assert.equal(periodic?.notice, 'Re-ran cell 2: g is back.');
+});
+
+test('activity in the notebook restarts the idle time without the server', () => {
+  const k = kernel({ idle_seconds: 600, received_at: 0 });
+  const active = markActivity(k, 42_000);
+  assert.equal(active?.idle_seconds, 0);
+  assert.equal(active?.received_at, 42_000);
+  assert.equal(k.idle_seconds, 600, 'the kernel given is not changed');
+  assert.equal(markActivity(undefined, 1), undefined);
+  // the server's own calls during a checkpoint or restore are not the user's activity
+  const busy = kernel({ progress: 0.5 });
+  assert.equal(markActivity(busy, 1), busy);
+  const suspended = kernel({ state: 'suspended' });
+  assert.equal(markActivity(suspended, 1), suspended);
+});
+
+function report(overrides: Partial<IRestoreReport> = {}): IRestoreReport {
+  return {
+    id: 'c1',
+    restored: ['x'],
+    nbytes: 10,
+    skipped: [{ name: 'g', type: 'generator', reason: 'cannot pickle' }],
+    lost: [],
+    warnings: [],
+    seconds: 0.5,
+    cells_to_rerun: [2],
+    text: 'Restored 1 variable(s)',
+    ...overrides
+  };
+}
+
+test('a rebuild is offered while the report names cells and none ran since', () => {
+  assert.equal(rebuildOffer(kernel()), null, 'no report, no offer');
+  assert.equal(rebuildOffer(kernel({ report: null })), null);
+  const offered = kernel({ report: report(), rebuild_skipped: 'ask' });
+  assert.equal(rebuildOffer(offered), 'ask');
+  assert.ok(canRebuild(offered));
+  // a kernel from a server that does not say its setting is asked too
+  assert.equal(rebuildOffer(kernel({ report: report() })), 'ask');
+  assert.equal(
+    rebuildOffer(kernel({ report: report({ cells_to_rerun: [] }) })),
+    null,
+    'nothing to re-run'
+  );
+  assert.equal(
+    rebuildOffer(kernel({ report: report(), rebuild_skipped: 'never' })),
+    null
+  );
+  const automatic = kernel({ report: report(), rebuild_skipped: 'always' });
+  assert.equal(rebuildOffer(automatic), 'always');
+  assert.ok(!canRebuild(automatic), 'the server rebuilds: no second run');
+  const rebuilt = report({
+    rebuilt: { cells: [2], names: ['g'], missing: [], failed: null, text: 'ok' }
+  });
+  assert.equal(rebuildOffer(kernel({ report: rebuilt })), null);
+  assert.ok(
+    !canRebuild(kernel({ report: report(), state: 'suspended', gpus: [] })),
+    'a suspended kernel cannot run cells'
+  );
+  assert.ok(!canRebuild(kernel({ report: report(), progress: 0.5 })));
 });

@@ -20,6 +20,7 @@ from gpuckpt_store import CheckpointStore, list_checkpoints, writable_problem
 from . import activity
 from .errors import CheckpointInUse, KernelNotFound, StoreUnavailable
 from .events import Emit
+from .failover import Failover
 from .gpus import GPU, GPUPool
 from .ledger import Ledger
 from .lifecycle import KernelRecord, State
@@ -71,6 +72,7 @@ class CheckpointManager:
         self.watcher = ExecutionWatcher()
         self.tasks = tasks
         self.operations = KernelOperations(self, emit)
+        self.failover = Failover(self, emit)
 
     # -- kernels -------------------------------------------------------------------------
 
@@ -88,7 +90,7 @@ class CheckpointManager:
         """The kernel's record, made (and its cells and restarts followed) on first use."""
         km = self.km(kernel_id)
         if kernel_id not in self.records:
-            km.add_restart_callback(lambda: self.operations.process_lost(kernel_id, restarting=True), "restart")
+            km.add_restart_callback(lambda: self.failover.process_lost(kernel_id, restarting=True), "restart")
         record = self.records.make(kernel_id, km.kernel_name)
         self.watcher.watch(kernel_id, km)
         return record

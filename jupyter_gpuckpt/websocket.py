@@ -88,7 +88,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
             super().handle_incoming_message(incoming_msg)
             return
         if record.state == State.RUNNING and not self._held and self._process_lost():
-            self._manager.operations.process_lost(self.kernel_id, restarting=False)
+            self._manager.failover.process_lost(self.kernel_id, restarting=False)
         if record.state not in AWAY and not self._held:
             if record.pending_report:
                 self._show_report(incoming_msg)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import pytest
 from server_fixtures import api, run, start_kernel, ws_execute
 
 from jupyter_gpuckpt.websocket import SuspendAwareConnection
@@ -25,3 +28,52 @@ async def test_execute_over_websocket_resumes_a_suspended_kernel(jp_fetch, jp_ws
     results = [m["content"]["data"]["text/plain"] for m in iopub if m["msg_type"] == "execute_result"]
     assert results == ["43"]
     assert (await api(jp_fetch, "kernels", kernel_id))["state"] == "running"
+
+
+async def test_the_cell_that_resumes_shows_the_restore_report(jp_fetch, jp_ws_fetch, jp_serverapp):
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, "kept = 41\nrows = (i for i in range(3))")  # a generator is not saved
+    await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+
+    ws = await jp_ws_fetch("api", "kernels", kernel_id, "channels")
+    try:
+        reply, iopub = await ws_execute(ws, "kept + 1")
+        again, later = await ws_execute(ws, "kept + 2")
+    finally:
+        ws.close()
+    assert reply["content"]["status"] == "ok" and again["content"]["status"] == "ok"
+    shown = [m["content"]["data"]["text/plain"] for m in iopub if m["msg_type"] == "display_data"]
+    assert len(shown) == 1, shown  # as output of that cell, before its own result
+    report = shown[0]
+    assert report.startswith("Resumed from checkpoint ")
+    assert "Restored 1 variable " in report and "rows (generator)" in report
+    assert "Run `%gpuckpt rebuild` to re-run cell(s) 1" in report
+    assert not [m for m in later if m["msg_type"] == "display_data"]  # shown once
+
+
+@pytest.mark.parametrize("gpuckpt_config", [{"policy_interval": 3600.0, "rebuild_skipped": "always"}])
+async def test_a_resume_can_rebuild_by_itself(jp_fetch, jp_serverapp, gpuckpt_config):
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, "rows = (i * i for i in range(3))")
+    await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    assert model["rebuild_skipped"] == "always"
+    deadline = asyncio.get_running_loop().time() + 60
+    while not (model["report"] or {}).get("rebuilt"):
+        assert asyncio.get_running_loop().time() < deadline, "the resume did not rebuild"
+        await asyncio.sleep(0.1)
+        model = await api(jp_fetch, "kernels", kernel_id)
+    assert model["report"]["rebuilt"]["cells"] == [1] and model["report"]["rebuilt"]["failed"] is None
+    assert (await run(jp_serverapp, kernel_id, "print(next(rows))")).strip() == "0"
+
+
+async def test_rebuild_through_the_api(jp_fetch, jp_serverapp):
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, "rows = (i for i in range(3))")
+    await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    resumed = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    assert resumed["report"]["cells_to_rerun"] == [1] and "rebuilt" not in resumed["report"]
+    model = await api(jp_fetch, "kernels", kernel_id, "rebuild", method="POST", wait="1")
+    assert model["rebuilt"]["cells"] == [1] and model["rebuilt"]["names"] == ["rows"]
+    assert model["report"]["rebuilt"] == model["rebuilt"]
+    assert (await run(jp_serverapp, kernel_id, "print(next(rows))")).strip() == "0"

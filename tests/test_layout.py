@@ -1,0 +1,27 @@
+"""The packages keep to their parts: the server never loads the engine, and importing the
+engine loads nothing until it is used."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+
+def _loaded_after(statement: str) -> set[str]:
+    code = f"import sys\n{statement}\nimport json\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    return set(json.loads(out.stdout))
+
+
+def test_the_server_side_does_not_import_the_engine() -> None:
+    loaded = _loaded_after("import jupyter_gpuckpt.app, jupyter_gpuckpt.handlers, jupyter_gpuckpt.cli, "
+                           "jupyter_gpuckpt.doctor")
+    assert "gpuckpt_store" in loaded
+    assert not {m for m in loaded if m.split(".")[0] in ("kernel_hooks", "cloudpickle", "blake3")}
+
+
+def test_importing_kernel_hooks_loads_nothing_else() -> None:
+    loaded = _loaded_after("import kernel_hooks")
+    assert {m for m in loaded if m.startswith(("kernel_hooks", "gpuckpt_store"))} == {"kernel_hooks"}
+    assert not {m for m in loaded if m.split(".")[0] in ("cloudpickle", "blake3", "numpy")}

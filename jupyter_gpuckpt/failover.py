@@ -66,7 +66,7 @@ class Failover(OperationRunner):
                 record.state = State.RUNNING
                 cells = ", ".join(map(str, lost)) or "none"
                 self._tell(record, f"The kernel's process died; it was restored from checkpoint {report['id']}. "
-                                   f"Cells run after that checkpoint: {cells}.", report)
+                                   f"Cells run after that checkpoint: {cells}.", report, notice=True)
                 op.done = {"checkpoint_id": report["id"], "lost_cells": lost}
                 record.back(None)
 

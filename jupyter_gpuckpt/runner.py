@@ -139,16 +139,15 @@ class OperationRunner:
         record.report = report
         return report
 
-    def _tell(self, record: KernelRecord, headline: str, report: dict[str, Any]) -> None:
-        """Keep the restore report for the notebook's next cell and the panel's notice."""
-        lines = [headline, str(report.get("text") or "")]
-        cells = report.get("cells_to_rerun") or []
-        if cells and self.manager.settings.rebuild_skipped == "ask":
-            lines.append(f"Run `%gpuckpt rebuild` to re-run cell(s) {', '.join(map(str, cells))} and rebuild "
-                         "what was not restored.")
-        elif cells and self.manager.settings.rebuild_skipped == "always":
-            lines.append(f"Re-running cell(s) {', '.join(map(str, cells))} to rebuild what was not restored.")
+    def _tell(self, record: KernelRecord, headline: str, report: dict[str, Any], notice: bool = False) -> None:
+        """Keep the restore report for the notebook's next cell, and a notice for the panel when
+        something was not restored (or always, with ``notice``)."""
+        cells = ", ".join(map(str, report.get("cells_to_rerun") or []))
+        offer = {"ask": f"Run `%gpuckpt rebuild` to re-run cell(s) {cells} and rebuild what was not restored.",
+                 "always": f"Re-running cell(s) {cells} to rebuild what was not restored."}
+        lines = [headline, str(report.get("text") or ""),
+                 offer.get(self.manager.settings.rebuild_skipped, "") if cells else ""]
         record.pending_report = "\n".join(line for line in lines if line)
         missing = [s["name"] for s in [*(report.get("skipped") or []), *(report.get("lost") or [])]]
-        if missing or headline.startswith("The kernel's process died"):  # the report has the reasons
+        if missing or notice:  # the report has the reasons
             record.notice = headline + (f" Not restored: {', '.join(missing)}." if missing else "")

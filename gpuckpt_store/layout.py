@@ -5,6 +5,7 @@
     <root>/<owner>/checkpoints/<checkpoint-id>/manifest.json   written last, atomically
     <root>/<owner>/blobs/<hash>                                content-addressed, shared
     <root>/<owner>/writers/<host>-<pid>-<token>                saves in progress
+    <root>/<owner>/jobs/<kernel-id>/                           a Slurm kernel's job files
 
 Every name that comes from outside (a request, a manifest) is checked against these
 patterns before it is joined to a path.

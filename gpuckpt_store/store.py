@@ -76,6 +76,7 @@ class CheckpointStore:
         self.checkpoints = self.base / "checkpoints"
         self.blobs_dir = self.base / "blobs"
         self.writers_dir = self.base / "writers"
+        self.jobs_dir = self.base / "jobs"
         """One journal per save in progress (see :class:`~.collect.SaveJournal`)."""
 
     # -- writing -------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from .gpus import GPUPool
 from .handlers import default_handlers
 from .ledger import Ledger
 from .manager import CheckpointManager, Settings
+from .placement import GPUCheckpointProvisioner
 from .tasks import BackgroundTasks
 from .websocket import SuspendAwareConnection
 
@@ -70,11 +71,13 @@ class GPUCheckpointApp(ExtensionApp):
         self._use_suspend_aware_websockets()
         GPUPool.clear_instance()  # this server's inventory, read now
         GPUPool.instance(parent=self)
+        GPUCheckpointProvisioner.store_root = Path(self.store_root)
         self.tasks = BackgroundTasks(self.log)
         settings = Settings(Path(self.store_root), self.keep_checkpoints, self.ready_timeout, self.stall_timeout,
                             self.rebuild_skipped)
         self.manager = CheckpointManager(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
                                          Ledger(Path(self.ledger_path)), self.emit, self.tasks)
+        self.manager.on_moved.append(SuspendAwareConnection.kernel_moved)
         events.register_schemas(self.serverapp)
         assert self.serverapp.event_logger is not None, "jupyter_server 2 always has one"
         self.serverapp.event_logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
@@ -103,7 +106,7 @@ class GPUCheckpointApp(ExtensionApp):
         self.handlers.extend(default_handlers)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
-        await self.manager.reregister_suspended()
+        await self.manager.reregister()
         self.tasks.start("policy loop", self._policy_loop())
 
     async def stop_extension(self) -> None:
@@ -112,6 +115,7 @@ class GPUCheckpointApp(ExtensionApp):
         assert self.serverapp is not None and self.serverapp.event_logger is not None
         self.serverapp.event_logger.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
         await self.tasks.stop()
+        await self.manager.leave_running()
         self.manager.watcher.close()
         self.metrics.stop()
 

@@ -60,14 +60,20 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not kernels:
         print("No kernels.")
         return 0
-    rows = [("KERNEL ID", "KERNELSPEC", "STATE", "IDLE", "GPUS", "LAST CHECKPOINT")]
+    rows = [("KERNEL ID", "KERNELSPEC", "STATE", "NODE", "IDLE", "GPUS", "LAST CHECKPOINT")]
     for k in kernels:
-        gpus = ",".join(str(g.get("index")) for g in k.get("gpus") or []) or "-"
-        rows.append((str(k["id"]), str(k.get("name") or k.get("kernelspec") or "-"), str(k.get("state")),
+        gpus = str(len(k.get("gpus") or [])) if k.get("placement") == "slurm" else (
+            ",".join(str(g.get("index")) for g in k.get("gpus") or []) or "-")
+        node = str(k.get("node") or "-") + (f" (job {k['job_id']})" if k.get("job_id") else "")
+        rows.append((str(k["id"]), str(k.get("name") or k.get("kernelspec") or "-"), str(k.get("state")), node,
                      human_duration(k.get("idle_seconds")), "waiting" if k.get("waiting_for_gpus") else gpus,
                      _checkpoint_summary(k.get("last_checkpoint"))))
     print(_table(rows))
     for k in kernels:
+        if k.get("waiting_for_gpus"):
+            print(f"{k['id']}: {k['waiting_for_gpus']}")
+        if k.get("notice"):
+            print(f"{k['id']}: {k['notice']}")
         if k.get("last_error"):
             print(f"{k['id']}: last error: {k['last_error']}")
     return 0
@@ -183,8 +189,11 @@ def cmd_operation(args: argparse.Namespace) -> int:
 
 def cmd_install_kernelspec(args: argparse.Namespace) -> int:
     try:
+        slurm = (kernelspec.slurm_config(args.partition or "", args.gpus, args.constraint, args.time,
+                                         args.sbatch_arg) if args.slurm else None)
         where = kernelspec.install(args.name, args.display_name, user=args.user,
-                                   prefix=sys.prefix if args.sys_prefix else None, gpus=args.gpus)
+                                   prefix=sys.prefix if args.sys_prefix else None,
+                                   gpus=None if args.slurm else args.gpus, slurm=slurm)
     except OSError as e:
         hint = "" if args.user else "; try --user or --sys-prefix"
         raise CLIError(f"cannot install the kernelspec: {e.strerror or e} ({e.filename}){hint}") from None
@@ -236,6 +245,13 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--user", action="store_true", help="install for this user (<jupyter data dir>/kernels)")
     where.add_argument("--sys-prefix", action="store_true", help=f"install into this environment ({sys.prefix})")
     sub.add_argument("--gpus", type=_gpu_count, help="GPUs each kernel gets (default: the provisioner's)")
+    slurm = sub.add_argument_group("Slurm", "kernels as Slurm jobs (README: Kernels as Slurm jobs)")
+    slurm.add_argument("--slurm", action="store_true", help="run each kernel as a Slurm job")
+    slurm.add_argument("--partition", help="the partition kernel jobs run in (required with --slurm)")
+    slurm.add_argument("--constraint", help="node features kernel jobs need (sbatch --constraint)")
+    slurm.add_argument("--time", help="time limit of each kernel job (sbatch --time)")
+    slurm.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                       help="another sbatch argument, e.g. --sbatch-arg=--account=ml (repeatable)")
     sub.set_defaults(func=cmd_install_kernelspec)
 
     sub = commands.add_parser("doctor", parents=[server], help="check NVML, GPUs, the store, the key, "

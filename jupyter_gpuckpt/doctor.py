@@ -4,12 +4,15 @@ Each check prints one line, ``OK``, ``WARN`` or ``FAIL`` with a short reason, an
 ``FAIL`` makes the exit code 1. It works without a running server; when one is found (as
 the other commands find it) it is asked too, and its configured store is the one checked.
 A machine without NVIDIA GPUs is a warning, not a failure: kernels still checkpoint on CPU.
+With Slurm kernelspecs it also checks that every node of their partitions sees the store.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
+import subprocess
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -39,6 +42,8 @@ MIN_FREE_BYTES = 1 << 30
 """Less free space than this in the store is a warning."""
 CUDA_CHECKPOINT_DRIVER = 570
 """First driver with the CUDA process checkpoint API (DESIGN.md, engine 2)."""
+SLURM_CHECK_SECONDS = 15
+"""How long the shared-store check waits for a node to run its probe step."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +121,68 @@ def check_kernelspecs() -> list[Check]:
                                                   "run `jupyter gpuckpt install-kernelspec --user`")]
 
 
+def _slurm_partitions() -> set[str]:
+    """The partitions the Slurm kernelspecs run kernels in."""
+    found = set()
+    for entry in KernelSpecManager().get_all_specs().values():
+        provisioner = entry["spec"].get("metadata", {}).get("kernel_provisioner", {})
+        config = provisioner.get("config", {}) if provisioner.get("provisioner_name") == PROVISIONER_NAME else {}
+        if config.get("placement") == "slurm":
+            found.add(str(config.get("partition") or ""))
+    return found
+
+
+def _slurm(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_CHECK_SECONDS + 30)
+
+
+def check_slurm(root: Path) -> list[Check]:
+    """For Slurm kernelspecs: Slurm's commands, their partitions, and whether every node of
+    each partition sees the store (a job on each node reads a file written here)."""
+    partitions = _slurm_partitions()
+    if not partitions:
+        return []
+    missing = [c for c in ("sbatch", "squeue", "scancel", "srun", "sinfo") if shutil.which(c) is None]
+    if missing:
+        return [Check("FAIL", "slurm", f"{', '.join(missing)} not on the PATH: install Slurm's client "
+                                       "commands (slurm-client) and set SLURM_CONF")]
+    checks = []
+    try:
+        store = CheckpointStore(root)
+        store.prepare()
+        marker = store.base / f".doctor-{secrets.token_hex(8)}"
+        marker.write_text(token := secrets.token_hex(16))
+    except (OSError, CheckpointError) as e:
+        return [Check("FAIL", "slurm", f"cannot write a test file in the store: {e}")]
+    try:
+        for partition in sorted(partitions):
+            nodes = _slurm("sinfo", "-h", "-N", "-o", "%N", *(["-p", partition] if partition else []))
+            names = sorted(set(nodes.stdout.split()))
+            if nodes.returncode or not names:
+                why = (nodes.stderr.strip().splitlines() or ["no such partition, or no nodes"])[-1]
+                checks.append(Check("FAIL", "slurm", f"partition {partition!r}: {why}"))
+                continue
+            blind: list[str] = []
+            busy: list[str] = []
+            for node in names:
+                seen = _slurm("srun", *(["-p", partition] if partition else []), "-w", node, "-N1", "-n1",
+                              f"--immediate={SLURM_CHECK_SECONDS}", "cat", str(marker))
+                if seen.returncode == 0 and seen.stdout.strip() == token:
+                    continue
+                (busy if "Unable to allocate" in seen.stderr or "immediate" in seen.stderr else blind).append(node)
+            detail = f"partition {partition or '(default)'}: {len(names) - len(blind) - len(busy)} of {len(names)} "\
+                     f"node(s) see the store {root}"
+            if blind:
+                checks.append(Check("FAIL", "shared store", f"{detail}; not {', '.join(blind)}: resume and failover "
+                                                            "there would not find the checkpoints"))
+            else:
+                checks.append(Check("WARN" if busy else "OK", "shared store",
+                                    detail + (f"; {', '.join(busy)} busy, not checked" if busy else "")))
+    finally:
+        marker.unlink(missing_ok=True)
+    return checks
+
+
 def check_extension() -> Check:
     # The same merge of every config dir that ServerApp makes (user dir first).
     config = ExtensionConfigManager(read_config_path=jupyter_config_path())
@@ -186,7 +253,7 @@ def run_checks(url: str | None = None, token: str | None = None) -> list[Check]:
     server_checks, policy = check_server(url, token)
     root = Path(policy["store_root"]) if policy and policy.get("store_root") else default_root()
     return [check_nvml(), check_gpus(), check_provisioner(), *check_kernelspecs(), check_extension(),
-            *server_checks, *check_store(root), check_key(default_key_path())]
+            *server_checks, *check_store(root), *check_slurm(root), check_key(default_key_path())]
 
 
 def main(url: str | None = None, token: str | None = None) -> int:

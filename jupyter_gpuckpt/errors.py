@@ -33,3 +33,12 @@ class StoreUnavailable(GPUCheckpointError):
 class OperationFailed(GPUCheckpointError):
     """A checkpoint, suspend, resume or rebuild ran and failed; the kernel is back in its
     last safe state and the reason is kept in its ``last_error``."""
+
+
+class PlacementError(GPUCheckpointError):
+    """The kernel could not be started where its placement runs kernels: no ``sbatch``, an
+    unknown partition, a job that failed to start, a kernel that never reported back."""
+
+
+class Unplaceable(PlacementError):
+    """No node can take the kernel (or its checkpoint): refused at once, not left pending."""

@@ -1,5 +1,6 @@
-"""Failover: a kernel whose process died without being asked to comes back from its last
-checkpoint, with the same id, while the notebook's cells wait for it."""
+"""Failover: a kernel that ended without being asked to (its process died, its job was
+preempted, its node failed) comes back from its last checkpoint, with the same id, wherever
+its placement starts it again, while the notebook's cells wait for it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 
 from .errors import OperationFailed
 from .lifecycle import KernelRecord, State
+from .placement import Departure
 from .runner import OperationRunner
 
 
@@ -28,7 +30,8 @@ class Failover(OperationRunner):
         record.state = State.RESTORING
         record.away()
         if restarting:
-            dead = getattr(self.manager.km(kernel_id).provisioner, "pid", None)
+            provisioner = self.manager.provisioner(kernel_id)
+            dead = provisioner.run_id if provisioner else None
             self.manager.tasks.start(f"failover {kernel_id}", self.failover(kernel_id, dead))
         elif first:
             self.manager.tasks.start(f"restart watch {kernel_id}", self._expect_restart(record))
@@ -42,12 +45,22 @@ class Failover(OperationRunner):
             record.last_error = "the kernel's process died and was not restarted"
             record.back(f"{record.last_error}; restart the kernel")
 
-    async def failover(self, kernel_id: str, dead_pid: int | None = None) -> None:
-        """jupyter_client's restarter is starting a new process (instead of ``dead_pid``):
-        restore the last checkpoint in it."""
+    async def failover(self, kernel_id: str, dead_run: str | None = None) -> None:
+        """jupyter_client's restarter is starting the kernel again (instead of run
+        ``dead_run``): restore the last checkpoint in it (the one the kernel took itself as
+        it was told to end, if it did)."""
         record = self.manager.record(kernel_id)
+        provisioner = self.manager.provisioner(kernel_id)
+        departure = provisioner.departure() if provisioner else None
         async with record.lock:
             checkpoint = record.last_checkpoint
+            interrupted = None
+            if departure is not None and departure.checkpoint_id:
+                interrupted = departure.interrupted_cell
+                last_cell = interrupted if interrupted is not None else (checkpoint or {}).get("last_cell")
+                checkpoint = {"id": departure.checkpoint_id, "last_cell": last_cell, "time": None,
+                              "taken_by": "the kernel, as it was told to end"}
+                record.last_checkpoint = checkpoint
             if checkpoint is None:
                 record.state = State.RUNNING
                 record.notice = "The kernel's process died and it had no checkpoint: it restarted empty."
@@ -61,22 +74,48 @@ class Failover(OperationRunner):
 
             async with self._run(record, "restore-after-failure", "failure", State.RESTORING, safe_state) as op:
                 lost = self.manager.watcher.ran_after(kernel_id, checkpoint.get("last_cell") or 0)
-                await self._started_again(kernel_id, dead_pid)
+                await self._started_again(kernel_id, dead_run)
+                await self.manager.connection_changed(kernel_id)
                 report = await self._restore(record, checkpoint["id"], "restore-after-failure")
                 record.state = State.RUNNING
-                cells = ", ".join(map(str, lost)) or "none"
-                self._tell(record, f"The kernel's process died; it was restored from checkpoint {report['id']}. "
-                                   f"Cells run after that checkpoint: {cells}.", report, notice=True)
+                self._tell(record, self._headline(kernel_id, departure, report["id"], lost, interrupted),
+                           report, notice=True)
                 op.done = {"checkpoint_id": report["id"], "lost_cells": lost}
                 record.back(None)
 
-    async def _started_again(self, kernel_id: str, dead_pid: int | None) -> None:
-        """Wait until jupyter_client has started the new process: the call into it must use
-        the connection info of the new one (its ports may be new)."""
+    def _headline(self, kernel_id: str, departure: Departure | None, checkpoint_id: str, lost: list[int],
+                  interrupted: int | None) -> str:
+        """What the notebook and the model's notice say: what happened, where the kernel is
+        now, and which cells to run again."""
+        provisioner = self.manager.provisioner(kernel_id)
+        now = provisioner.location().node if provisioner else None
+        if departure is None:
+            what = "The kernel's process died"
+        else:
+            moved = f" from {departure.node} to {now}" if departure.node and now and departure.node != now else ""
+            where = f" on {departure.node}" if departure.node and not moved else ""
+            what = f"The kernel was moved{moved} after {departure.cause}{where}"
+        lines = [f"{what}; it was restored from checkpoint {checkpoint_id}."]
+        if interrupted is not None:
+            lines.append(f"Cell {interrupted} was interrupted: re-run it.")
+        rerun = [c for c in lost if c != interrupted]
+        if interrupted is None or rerun:
+            lines.append(f"Cells run after that checkpoint: {', '.join(map(str, rerun)) or 'none'}.")
+        if departure is not None and departure.error:
+            lines.append(f"(The kernel's own checkpoint failed: {departure.error}.)")
+        return " ".join(lines)
+
+    async def _started_again(self, kernel_id: str, dead_run: str | None) -> None:
+        """Wait until jupyter_client has started the new run: the call into it must use
+        the connection info of the new one (its host and ports may be new)."""
         km = self.manager.km(kernel_id)
+        provisioner = self.manager.provisioner(kernel_id)
         deadline = time.monotonic() + self.manager.settings.ready_timeout
-        while not (getattr(km.provisioner, "pid", None) not in (None, dead_pid) and km.ready.done()
+        while not (provisioner is not None and provisioner.run_id not in (None, dead_run) and km.ready.done()
                    and await km.is_alive()):
+            if provisioner is not None and provisioner.waiting:
+                # queued in its placement (which bounds that wait itself): the clock starts after
+                deadline = time.monotonic() + self.manager.settings.ready_timeout
             if time.monotonic() > deadline:
                 raise OperationFailed("jupyter_client did not start the kernel again")
             await asyncio.sleep(0.2)

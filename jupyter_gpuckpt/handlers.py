@@ -26,7 +26,9 @@ from .errors import (
     GPUCheckpointError,
     KernelNotFound,
     OperationFailed,
+    PlacementError,
     StoreUnavailable,
+    Unplaceable,
     WrongState,
 )
 
@@ -34,7 +36,8 @@ AUTH_RESOURCE = "kernels"
 _KERNEL_ID = re.compile(r"[0-9a-fA-F-]{1,64}", re.ASCII)
 _STATUS: list[tuple[type[Exception], int]] = [
     (KernelNotFound, 404), (CheckpointNotFound, 404), (WrongState, 409), (CheckpointInUse, 409),
-    (StoreUnavailable, 503), (OperationFailed, 500), (GPUCheckpointError, 500), (CheckpointError, 500),
+    (StoreUnavailable, 503), (Unplaceable, 409), (PlacementError, 503),
+    (OperationFailed, 500), (GPUCheckpointError, 500), (CheckpointError, 500),
 ]
 """Domain errors, most specific first, and the status each answers."""
 

@@ -13,8 +13,27 @@ from jupyter_client.kernelspec import KernelSpecManager
 PROVISIONER_NAME = "gpuckpt-provisioner"
 
 
-def kernelspec_json(display_name: str, gpus: int | None = None) -> dict[str, Any]:
+def slurm_config(partition: str, gpus: int | None = None, constraint: str | None = None, time: str | None = None,
+                 sbatch_args: list[str] | None = None) -> dict[str, Any]:
+    """The provisioner config of a Slurm kernelspec (see ``SlurmPlacement``)."""
+    if not partition:
+        raise ValueError("a Slurm kernelspec needs a partition (--partition)")
+    config: dict[str, Any] = {"placement": "slurm", "partition": partition}
+    for key, value in (("gpus", gpus), ("constraint", constraint), ("time", time)):
+        if value is not None:
+            config[key] = value
+    if sbatch_args:
+        config["sbatch_args"] = list(sbatch_args)
+    return config
+
+
+def kernelspec_json(display_name: str, gpus: int | None = None, slurm: dict[str, Any] | None = None
+                    ) -> dict[str, Any]:
+    """A kernelspec that loads the hooks at start and picks our provisioner; ``slurm``
+    (from :func:`slurm_config`) makes its kernels Slurm jobs."""
     config: dict[str, Any] = {} if gpus is None else {"gpus": gpus}
+    if slurm:
+        config.update(slurm)
     return {
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext=kernel_hooks"],
         "display_name": display_name,
@@ -26,8 +45,10 @@ def kernelspec_json(display_name: str, gpus: int | None = None) -> dict[str, Any
 
 
 def install(name: str = "python3-gpuckpt", display_name: str = "Python 3 (GPU checkpoint)", *,
-            user: bool = False, prefix: str | None = None, gpus: int | None = None) -> str:
+            user: bool = False, prefix: str | None = None, gpus: int | None = None,
+            slurm: dict[str, Any] | None = None) -> str:
     """Write the kernelspec and return where it was installed."""
     with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "kernel.json").write_text(json.dumps(kernelspec_json(display_name, gpus), indent=1))
+        spec = kernelspec_json(display_name, gpus, slurm)
+        (Path(tmp) / "kernel.json").write_text(json.dumps(spec, indent=1))
         return str(KernelSpecManager().install_kernel_spec(tmp, name, user=user, prefix=prefix, replace=True))

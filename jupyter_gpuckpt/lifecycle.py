@@ -51,6 +51,8 @@ class KernelRecord:
     """The last restore's report (``RestoreReport.to_json``), and any rebuild since."""
     pending_report: str | None = None
     """A report the notebook has not been shown yet: shown on the next cell it runs."""
+    placement_info: dict[str, Any] | None = None
+    """Where a kernel that outlives the server runs (its Slurm job), for the ledger."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _settled: asyncio.Future[str | None] | None = field(default=None, repr=False)
 
@@ -70,11 +72,15 @@ class KernelRecord:
     def ledger_entry(self) -> dict[str, Any]:
         return {"kernelspec": self.kernelspec, "state": self.state.value,
                 "last_checkpoint": self.last_checkpoint, "suspended_at": self.suspended_at,
-                "kernel_info": self.kernel_info, "session": self.session, "last_activity": self.last_activity}
+                "kernel_info": self.kernel_info, "session": self.session, "last_activity": self.last_activity,
+                "placement_info": self.placement_info}
 
     def load(self, entry: dict[str, Any]) -> None:
-        """Take back what :meth:`ledger_entry` kept, as a suspended kernel."""
-        self.state = State.SUSPENDED
+        """Take back what :meth:`ledger_entry` kept: a kernel taken over where it runs, or
+        a suspended one."""
+        self.placement_info = entry.get("placement_info")
+        running = entry.get("state") == State.RUNNING.value and self.placement_info
+        self.state = State.RUNNING if running else State.SUSPENDED
         self.last_checkpoint = entry.get("last_checkpoint")
         self.suspended_at = entry.get("suspended_at")
         self.kernel_info = entry.get("kernel_info")

@@ -10,10 +10,14 @@ operations themselves (checkpoint, suspend, resume, failover, rebuild) are in
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from jupyter_client.connect import port_names
 
 from gpuckpt_store import CheckpointStore, list_checkpoints, writable_problem
 
@@ -25,7 +29,8 @@ from .gpus import GPU, GPUPool
 from .ledger import Ledger
 from .lifecycle import KernelRecord, State
 from .operations import KernelOperations
-from .provisioner import START_SUSPENDED, GPUCheckpointProvisioner
+from .placement import GPUCheckpointProvisioner
+from .placement.contract import ADOPT, START_SUSPENDED
 from .records import KernelRecords
 from .tasks import BackgroundTasks
 from .watcher import ExecutionWatcher
@@ -73,6 +78,9 @@ class CheckpointManager:
         self.tasks = tasks
         self.operations = KernelOperations(self, emit)
         self.failover = Failover(self, emit)
+        self.on_moved: list[Callable[[str], Awaitable[None]]] = []
+        """Called with a kernel's id once it listens elsewhere (the notebooks' websockets)."""
+        self._endpoints: dict[str, tuple[Any, ...]] = {}
 
     # -- kernels -------------------------------------------------------------------------
 
@@ -93,7 +101,54 @@ class CheckpointManager:
             km.add_restart_callback(lambda: self.failover.process_lost(kernel_id, restarting=True), "restart")
         record = self.records.make(kernel_id, km.kernel_name)
         self.watcher.watch(kernel_id, km)
+        if kernel_id not in self._endpoints:
+            self._endpoints[kernel_id] = _endpoint(km.get_connection_info())
+            self.note_placement(kernel_id)
         return record
+
+    def note_placement(self, kernel_id: str) -> None:
+        """Keep in the ledger where the kernel runs now, if it outlives the server (a Slurm
+        job), so a restarted server takes it over even after a crash."""
+        provisioner = self.provisioner(kernel_id)
+        record = self.records.get(kernel_id)
+        if provisioner is None or record is None:
+            return
+        info = provisioner.ledger_info()
+        if info != record.placement_info:
+            record.placement_info = info
+            self.records.save()
+
+    async def connection_changed(self, kernel_id: str) -> None:
+        """After a resume or a restart: if the kernel now listens elsewhere (another host,
+        other ports), point jupyter_server's kernel manager, its activity tracking, the cell
+        watcher and every notebook websocket at the new place."""
+        km = self.km(kernel_id)
+        provisioner = self.provisioner(kernel_id)
+        if provisioner is not None and provisioner.connection_info:
+            info = dict(provisioner.connection_info)
+            if _endpoint(info) != _endpoint(km.get_connection_info()):
+                for port in port_names:  # load_connection_info only fills ports that are 0
+                    setattr(km, port, 0)
+                km.load_connection_info(info)
+                km.cleanup_connection_file()  # the server's copy, which `--existing` clients read
+                km.write_connection_file()
+                # jupyter_client keeps one control socket per kernel manager, connected once;
+                # closing it makes the next shutdown or interrupt connect to the new place.
+                km._close_control_socket()
+        self.note_placement(kernel_id)
+        endpoint = _endpoint(km.get_connection_info())
+        if self._endpoints.get(kernel_id) == endpoint:
+            return
+        self._endpoints[kernel_id] = endpoint
+        last = activity.last_activity(km)
+        self.kernel_manager.ports_changed(kernel_id)
+        self.kernel_manager.stop_watching_activity(kernel_id)
+        self.kernel_manager.start_watching_activity(kernel_id)
+        activity.restore_activity(km, last.timestamp() if last else None)
+        self.watcher.forget(kernel_id, keep_cells=True)
+        self.watcher.watch(kernel_id, km)
+        for listener in self.on_moved:
+            await listener(kernel_id)
 
     def forget(self, kernel_id: str) -> None:
         """The kernel was shut down: drop its record (and its ledger entry) and stop
@@ -102,6 +157,7 @@ class CheckpointManager:
         if record is not None:
             record.back("the kernel was shut down")
         self.watcher.forget(kernel_id)
+        self._endpoints.pop(kernel_id, None)
 
     def models(self) -> list[dict[str, Any]]:
         """Every kernel's model, with one reading of the GPUs for all of them."""
@@ -116,15 +172,18 @@ class CheckpointManager:
         last = activity.last_activity(km)
         if readings is None:
             readings = GPUPool.instance().readings()
-        gpus = provisioner.held_gpus(readings) if provisioner else []
+        where = provisioner.location(readings) if provisioner else None
         return {
             **record.to_json(),
             "name": km.kernel_name,
             "execution_state": getattr(km, "execution_state", None),
             "last_activity": last.isoformat() if last else None,
             "idle_seconds": activity.idle_seconds(km),
-            "gpus": [g.to_json() for g in gpus],
-            "waiting_for_gpus": provisioner.waiting_for_gpus if provisioner else None,
+            "gpus": [g.to_json() for g in where.gpus] if where else [],
+            "placement": where.placement if where else None,
+            "node": where.node if where else None,
+            "job_id": where.job_id if where else None,
+            "waiting_for_gpus": provisioner.waiting if provisioner else None,
             "suspendable": provisioner is not None,
             "connections": self.kernel_manager.kernel_model(kernel_id).get("connections", 0),
             "rebuild_skipped": self.settings.rebuild_skipped,
@@ -208,22 +267,59 @@ class CheckpointManager:
                                        "last_cell": None} if remaining else None)
         self.records.save()
 
-    # -- server restart ------------------------------------------------------------------
+    # -- server stop and restart ---------------------------------------------------------
 
-    async def reregister_suspended(self) -> None:
-        """Register again, suspended and with the same ids, the kernels the ledger lists."""
+    async def leave_running(self) -> None:
+        """The server stops: kernels whose placement outlives it (Slurm jobs) keep running
+        and are kept in the ledger, to be taken over at the next start; jupyter_server then
+        shuts down only the others."""
+        for kernel_id in list(self.kernel_manager.list_kernel_ids()):
+            provisioner = self.provisioner(kernel_id)
+            record = self.records.get(kernel_id)
+            if provisioner is None or record is None or not provisioner.outlives_server:
+                continue
+            if record.state == State.RUNNING:
+                record.placement_info = provisioner.ledger_info()
+                record.session = await self.session_of(kernel_id) or record.session
+                last = activity.last_activity(self.km(kernel_id))
+                record.last_activity = last.timestamp() if last else None
+            elif record.state != State.SUSPENDED:
+                continue
+            km = self.km(kernel_id)
+            km.stop_restarter()
+            self.kernel_manager.stop_watching_activity(kernel_id)
+            provisioner.detach()
+            self.kernel_manager.remove_kernel(kernel_id)
+        self.records.save()
+
+    async def reregister(self) -> None:
+        """Register again, with the same ids, the kernels the ledger lists: suspended ones
+        as suspended, and running ones whose placement outlived the server (Slurm jobs)
+        taken over where they run."""
         for kernel_id, entry in self.records.ledger.load().items():
-            if entry.get("state") not in (State.SUSPENDED.value, State.RESTORING.value):
+            running = entry.get("state") == State.RUNNING.value and entry.get("placement_info")
+            if kernel_id in self.kernel_manager or not (
+                    running or entry.get("state") in (State.SUSPENDED.value, State.RESTORING.value)):
                 continue
-            if kernel_id in self.kernel_manager:
+            flag = {ADOPT: json.dumps(entry["placement_info"])} if running else {START_SUSPENDED: "1"}
+            try:
+                await self.kernel_manager.start_kernel(kernel_id=kernel_id, kernel_name=entry["kernelspec"],
+                                                       env={**os.environ, **flag})
+            except Exception as e:
+                self.tasks.log.error("gpuckpt: kernel %s could not be registered again: %s", kernel_id, e)
                 continue
-            await self.kernel_manager.start_kernel(kernel_id=kernel_id, kernel_name=entry["kernelspec"],
-                                                   env={**os.environ, START_SUSPENDED: "1"})
             record = self.record(kernel_id)
             record.load(entry)
-            record.away()
+            if not running:
+                record.away()
             activity.restore_activity(self.km(kernel_id), record.last_activity or record.suspended_at)
             if record.session and self.session_manager is not None:
-                # the notebook finds its suspended kernel again, and resumes it by running a cell
+                # the notebook finds its kernel again (a suspended one resumes on its first cell)
                 await self.session_manager.create_session(kernel_id=kernel_id, **record.session)
         self.records.save()
+
+
+def _endpoint(info: dict[str, Any]) -> tuple[Any, ...]:
+    """Where a kernel listens: transport, address and ports."""
+    return (info.get("transport"), info.get("ip"), *(info.get(f"{c}_port") for c in
+                                                     ("shell", "iopub", "stdin", "control", "hb")))

@@ -9,12 +9,14 @@ and returns the kernel to a safe state whatever raises.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 from . import activity, kernel_calls
 from .errors import NotSuspendable, OperationFailed, WrongState
 from .lifecycle import KernelRecord, State
+from .placement import GPUNeeds
 from .runner import OperationRunner
 
 
@@ -69,12 +71,12 @@ class KernelOperations(OperationRunner):
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
             self._check_store(record)
             km = self.manager.km(kernel_id)
-            gpus = len(provisioner.held_gpus())
+            gpus = len(provisioner.location().gpus)
             record.away()
 
             async def safe_state(message: str) -> tuple[State, str | None]:
                 if await provisioner.running():  # still there: it keeps running, cells may go
-                    provisioner.suspended = False
+                    provisioner.keep_running()
                     return State.RUNNING, None
                 if provisioner.suspended:  # saved and ended, but ending it raised: suspended
                     return State.SUSPENDED, None
@@ -87,6 +89,7 @@ class KernelOperations(OperationRunner):
                 idle = activity.idle_seconds(km)
                 record.last_activity = None if idle is None else time.time() - idle
                 survivors = await provisioner.suspend()
+                self.manager.note_placement(kernel_id)
                 record.state = State.SUSPENDED
                 record.suspended_at = time.time()
                 if survivors:
@@ -128,7 +131,10 @@ class KernelOperations(OperationRunner):
 
             try:
                 async with self._run(record, "resume", reason, State.RESTORING, safe_state) as op:
-                    await provisioner.resume()
+                    needs = GPUNeeds.of_manifest(await asyncio.to_thread(self.manager.store().read_manifest,
+                                                                         checkpoint["id"]))
+                    await provisioner.resume(needs)
+                    await self.manager.connection_changed(kernel_id)
                     report = await self._restore(record, checkpoint["id"], "resume")
                     record.state = State.RUNNING
                     record.suspended_at = None

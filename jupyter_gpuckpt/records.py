@@ -41,4 +41,5 @@ class KernelRecords:
 
     def save(self) -> None:
         self.ledger.save({r.kernel_id: r.ledger_entry() for r in self._records.values()
-                          if r.state in (State.SUSPENDED, State.RESTORING) or r.last_checkpoint})
+                          if r.state in (State.SUSPENDED, State.RESTORING) or r.last_checkpoint
+                          or r.placement_info})

@@ -16,7 +16,7 @@ class ExecutionWatcher:
 
     def watch(self, kernel_id: str, km: Any) -> None:
         """Start following ``km``'s IOPub (once per kernel; the stream survives restarts
-        on the same ports)."""
+        on the same ports, and is made again when the kernel moves)."""
         if kernel_id in self._streams:
             return
         stream = km.connect_iopub()
@@ -36,8 +36,10 @@ class ExecutionWatcher:
         """The cells run after ``cell``, in order, without repeats."""
         return sorted({c for c in self.cells.get(kernel_id, []) if c > cell})
 
-    def forget(self, kernel_id: str) -> None:
-        self.cells.pop(kernel_id, None)
+    def forget(self, kernel_id: str, keep_cells: bool = False) -> None:
+        """Stop following the kernel (``keep_cells``: it moved, and is followed again)."""
+        if not keep_cells:
+            self.cells.pop(kernel_id, None)
         stream = self._streams.pop(kernel_id, None)
         if stream is not None:
             stream.close()

@@ -82,6 +82,27 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         connected.set_result(None)  # the handler awaits it
         return connected
 
+    @classmethod
+    async def kernel_moved(cls, kernel_id: str) -> None:
+        """The kernel listens elsewhere now (resumed on another node, restarted on other
+        ports): every open connection to it reconnects its streams there."""
+        moving = [c for c in list(ZMQChannelsWebsocketConnection._open_sockets)
+                  if isinstance(c, cls) and c.kernel_id == kernel_id]
+        await asyncio.gather(*(c._reconnect() for c in moving))
+
+    async def _reconnect(self) -> None:
+        """Close the streams to the old place, open them to the new one, and wait until
+        IOPub delivers (so no output of the next cell is missed) before forwarding again."""
+        for stream in self.channels.values():
+            if not stream.closed():
+                stream.close()
+        self.create_stream()
+        try:
+            await self.nudge()
+        finally:
+            for stream in self.channels.values():
+                stream.on_recv_stream(self.handle_outgoing_message)
+
     def handle_incoming_message(self, incoming_msg: Any) -> None:
         record = self._record()
         if record is None:

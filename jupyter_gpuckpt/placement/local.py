@@ -1,27 +1,28 @@
-"""The kernel provisioner: GPUs by UUID, and a kernel that can be suspended and resumed.
+"""Local placement: the kernel is a process on the server's host, with GPUs by UUID from
+this server's pool.
 
-Selected by a kernelspec's ``metadata.kernel_provisioner`` (``jupyter gpuckpt
-install-kernelspec`` writes one). While a kernel is suspended its process is gone and its
-GPUs are back in the pool, but ``poll()`` answers "alive", so jupyter_server keeps the
-kernel registered under the same id and its restarter does not step in. While a resume
-starts the process again the provisioner answers "alive" too: the resume watches that
-process itself (and fails at once if it ends), rather than letting the restarter relaunch
-it on other ports behind the resume's back.
+While a kernel is suspended its process tree is gone and its GPUs are back in the pool, but
+``poll()`` answers "alive", so jupyter_server keeps the kernel registered under the same id
+and its restarter does not step in. While a resume starts the process again the provisioner
+answers "alive" too: the resume watches that process itself (and fails at once if it ends),
+rather than letting the restarter relaunch it behind the resume's back.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from subprocess import Popen
 from typing import Any
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Float, Int
 
-from .gpus import GPU, GPUPool
-from .processes import TAG, end_kernel_tree, ended
+from ..gpus import GPU, GPUPool
+from ..processes import TAG, end_kernel_tree, ended
+from .contract import START_SUSPENDED, GPUCheckpointProvisioner, GPUNeeds, Location
 
-START_SUSPENDED = "JUPYTER_GPUCKPT_START_SUSPENDED"
 REAP_SECONDS = 5.0
 """How long an ended kernel process may take to be waitable (its threads end after it)."""
 
@@ -33,7 +34,7 @@ async def _reaped(process: Popen[bytes]) -> None:
         await asyncio.sleep(0.02)
 
 
-class GPUCheckpointProvisioner(LocalProvisioner):
+class LocalPlacement(GPUCheckpointProvisioner, LocalProvisioner):
     """A :class:`LocalProvisioner` that assigns GPUs and can end and relaunch its process."""
 
     gpus = Int(
@@ -44,13 +45,6 @@ class GPUCheckpointProvisioner(LocalProvisioner):
     stop_timeout = Float(5.0, config=True, help="Seconds a suspended kernel's processes get after SIGTERM "
                                                 "before SIGKILL.")
 
-    suspended = False
-    """The process is gone on purpose; the kernel stays registered."""
-    starting = False
-    """A resume is starting the process; it watches the process itself."""
-    waiting_for_gpus: str | None = None
-    survivors: list[str] = []
-    """Processes of the kernel that outlived the last suspend (``pid N (command)``)."""
     _launch: tuple[list[str], dict[str, Any]] | None = None
 
     @property
@@ -61,8 +55,12 @@ class GPUCheckpointProvisioner(LocalProvisioner):
     def pool(self) -> GPUPool:
         return GPUPool.instance()
 
-    def held_gpus(self, readings: list[GPU] | None = None) -> list[GPU]:
-        return self.pool.held_by(self.kernel_id, readings)
+    def location(self, readings: list[GPU] | None = None) -> Location:
+        return Location("local", socket.gethostname(), None, self.pool.held_by(self.kernel_id, readings))
+
+    @property
+    def run_id(self) -> str | None:
+        return None if self.pid is None else str(self.pid)
 
     def _wanted(self) -> int:
         if self.gpus is not None:
@@ -75,18 +73,18 @@ class GPUCheckpointProvisioner(LocalProvisioner):
             return
 
         def note_wait(count: int, free: int) -> None:
-            self.waiting_for_gpus = f"waiting for {count} GPU(s); {free} free"
-            self.log.warning("Kernel %s is %s", self.kernel_id, self.waiting_for_gpus)
+            self.waiting = f"waiting for {count} GPU(s); {free} free"
+            self.log.warning("Kernel %s is %s", self.kernel_id, self.waiting)
 
         try:
             gpus = await self.pool.acquire(self.kernel_id, wanted, note_wait)
         finally:
-            self.waiting_for_gpus = None
+            self.waiting = None
         env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         kwargs = await super().pre_launch(**kwargs)
-        kwargs["env"] = dict(kwargs.get("env") or {})
+        kwargs["env"] = dict(kwargs.get("env") or os.environ)
         kwargs["env"][TAG] = self.kernel_id
         # Set by the server when it registers again a kernel that was suspended before a restart.
         if kwargs["env"].pop(START_SUSPENDED, None):
@@ -164,12 +162,9 @@ class GPUCheckpointProvisioner(LocalProvisioner):
             await self.pool.release(self.kernel_id)
         return self.survivors
 
-    async def resume(self) -> None:
-        """Launch a fresh process on the same ports (and GPUs from the pool) again.
-
-        ``poll()`` answers "alive" until :meth:`started` is called: the caller watches the
-        new process with :meth:`running` meanwhile.
-        """
+    async def resume(self, needs: GPUNeeds) -> None:
+        """Launch a fresh process on the same ports, with GPUs from the pool (the checkpoint
+        itself checks, as it loads, that they fit ``needs``)."""
         if not self.suspended:
             return
         assert self._launch is not None, "a kernel is resumed only after it was launched"
@@ -178,7 +173,3 @@ class GPUCheckpointProvisioner(LocalProvisioner):
         self.starting = True
         self.suspended = False
         await super().launch_kernel(cmd, **kwargs)
-
-    def started(self) -> None:
-        """The resume is over (done or failed): jupyter_client's restarter watches again."""
-        self.starting = False

@@ -1,0 +1,181 @@
+"""The placement contract: what the server needs of a kernel, wherever it runs.
+
+:class:`GPUCheckpointProvisioner` is a jupyter_client provisioner (launch, poll, signal,
+kill, provisioner info) plus suspend (end the kernel, free its GPUs, keep it registered),
+resume (start it again, perhaps elsewhere and on other ports), where it runs, why it waits,
+and why its last run ended. jupyter_client instantiates it from the kernelspec's
+``kernel_provisioner`` entry; the ``placement`` setting there picks the implementation.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, ClassVar
+
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from tornado import web
+from traitlets import Unicode
+
+from ..errors import PlacementError, Unplaceable
+from ..gpus import GPU
+
+PLACEMENTS = "jupyter_gpuckpt.placements"
+"""Entry point group of placement implementations (``local``, ``slurm``)."""
+START_SUSPENDED = "JUPYTER_GPUCKPT_START_SUSPENDED"
+"""Launch environment flag: register the kernel again as suspended (server restart)."""
+ADOPT = "JUPYTER_GPUCKPT_ADOPT"
+"""Launch environment variable: JSON provisioner info of a kernel that still runs (a Slurm
+job that outlived a server restart), to take over instead of launching one."""
+
+
+@dataclass
+class Location:
+    """Where a kernel runs now: for the kernel model and the policy."""
+
+    placement: str
+    node: str | None = None
+    job_id: str | None = None
+    gpus: list[GPU] = field(default_factory=list)
+
+
+@dataclass
+class Departure:
+    """Why a kernel's run ended though nobody asked it to, as its placement saw it."""
+
+    cause: str
+    """``preemption``, ``node failure``, ``job ended`` or ``process died``."""
+    node: str | None = None
+    checkpoint_id: str | None = None
+    """A checkpoint the kernel took itself as it was told to end (newer than the server's)."""
+    interrupted_cell: int | None = None
+    """The cell that was running and was interrupted to take that checkpoint."""
+    error: str | None = None
+    """Why the kernel's own checkpoint failed, if it did."""
+
+
+@dataclass
+class GPUNeeds:
+    """What a checkpoint asks of the GPUs it is restored on, from its manifest."""
+
+    models: list[str] = field(default_factory=list)
+    device_bytes: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of_manifest(cls, manifest: dict[str, Any]) -> GPUNeeds:
+        gpus = (manifest.get("environment") or {}).get("gpus") or []
+        devices = manifest.get("devices") or {}
+        return cls([str(g.get("name")) for g in gpus if g.get("name")],
+                   {str(k): int(v) for k, v in devices.items()})
+
+    @property
+    def most_bytes(self) -> int:
+        """The most bytes the checkpoint holds on one GPU."""
+        return max(self.device_bytes.values(), default=0)
+
+
+class StartFailed(web.HTTPError):
+    """A kernel could not be started: what jupyter_server answers the notebook's start
+    request with. jupyter_server shows the message of a provisioner's ``HTTPError`` (the
+    error Enterprise Gateway's provisioners raise too) and hides any other as "Unhandled
+    error", so a placement's domain error is carried in one at the kernel-start boundary."""
+
+    def __init__(self, error: PlacementError) -> None:
+        super().__init__(409 if isinstance(error, Unplaceable) else 500, str(error))
+        self.error = error
+
+    def __str__(self) -> str:
+        return str(self.error)
+
+
+def placement_class(name: str) -> type[GPUCheckpointProvisioner]:
+    """The provisioner class registered for placement ``name``."""
+    found = [e for e in entry_points(group=PLACEMENTS) if e.name == name]
+    if not found:
+        known = ", ".join(sorted(e.name for e in entry_points(group=PLACEMENTS)))
+        raise PlacementError(f"unknown placement {name!r} in the kernelspec (known: {known})")
+    cls = found[0].load()
+    if not (isinstance(cls, type) and issubclass(cls, GPUCheckpointProvisioner)):
+        raise PlacementError(f"placement {name!r} ({found[0].value}) is not a GPUCheckpointProvisioner")
+    return cls
+
+
+class GPUCheckpointProvisioner(KernelProvisionerBase):
+    """A kernel provisioner whose kernel can be suspended and resumed, possibly elsewhere.
+
+    Instantiating this class gives the implementation that ``placement`` names.
+    """
+
+    placement = Unicode("local", config=True,
+                        help="Where kernels of this kernelspec run: 'local' (a process on the server's host) "
+                             "or 'slurm' (a Slurm job; see SlurmPlacement).")
+
+    suspended = False
+    """The kernel is gone on purpose and stays registered; ``poll`` answers "alive"."""
+    starting = False
+    """A resume is starting the kernel and watches it itself; ``poll`` answers "alive"."""
+    waiting: str | None = None
+    """Why the kernel is not running yet (no free GPU, queued in Slurm), for the user."""
+    survivors: list[str] = []
+    """Processes that outlived the last suspend (``pid N (command)``); their GPUs stay held."""
+    outlives_server = False
+    """Whether the kernel keeps running when this server stops (it is adopted at restart)."""
+    store_root: ClassVar[Path | None] = None
+    """The server's checkpoint store, set by the extension as it starts: where a kernel that
+    checkpoints itself (told to end by its placement) writes."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        chosen = placement_class(str(kwargs.get("placement") or "local")) if cls is GPUCheckpointProvisioner else cls
+        return super(GPUCheckpointProvisioner, chosen).__new__(chosen, *args, **kwargs)
+
+    @abc.abstractmethod
+    def location(self, readings: list[GPU] | None = None) -> Location:
+        """Where the kernel runs now (``readings``: this host's GPUs now, if read)."""
+
+    @property
+    @abc.abstractmethod
+    def run_id(self) -> str | None:
+        """What identifies the current run (a pid, a job id): a new one after a restart."""
+
+    @abc.abstractmethod
+    async def running(self) -> bool:
+        """Whether the kernel runs now (whatever ``poll`` tells jupyter_client)."""
+
+    @abc.abstractmethod
+    def lost(self) -> bool:
+        """Whether the kernel has ended though nobody asked it to: messages sent now must
+        not reach its next run."""
+
+    @abc.abstractmethod
+    async def suspend(self) -> list[str]:
+        """End the kernel and free its GPUs; it stays registered. Returns what survived."""
+
+    def keep_running(self) -> None:
+        """A suspend failed before the kernel was ended: it runs on."""
+        self.suspended = False
+
+    @abc.abstractmethod
+    async def resume(self, needs: GPUNeeds) -> None:
+        """Start the kernel again, on GPUs that fit ``needs``; ``connection_info`` then
+        holds where it listens (maybe another host and other ports).
+
+        ``poll`` answers "alive" until :meth:`started`; the caller watches :meth:`running`.
+        """
+
+    def started(self) -> None:
+        """The resume is over (done or failed): jupyter_client's restarter watches again."""
+        self.starting = False
+
+    def departure(self) -> Departure | None:
+        """Why the last run ended without being asked (read once, by the failover)."""
+        return None
+
+    def ledger_info(self) -> dict[str, Any] | None:
+        """What a restarted server needs to take over the running kernel (None: nothing
+        to take over; the key is never in it)."""
+        return None
+
+    def detach(self) -> None:
+        """The server stops and leaves the kernel running (see :attr:`outlives_server`)."""

@@ -1,0 +1,393 @@
+"""Slurm placement: the kernel is a Slurm job with ``--gres=gpu:N``, on any node.
+
+Slurm is the engine: it queues, places, preempts and detects dead nodes; this class only
+asks it. A kernel's run is one job (``--no-requeue``): suspend cancels it, so its GRES are
+free in Slurm at once; resume submits a new one, constrained to GPUs the checkpoint fits,
+and waits in Slurm's queue visibly; a job that ends on its own (preempted, its node failed)
+is seen by jupyter_client's restarter through :meth:`poll`, which starts a new job, and the
+server's failover restores the kernel there (:meth:`departure` says why it moved).
+
+The job's files (script, connection file with the key, the kernel's exit note) are in the
+kernel's folder of the store, which every node must see (``jupyter gpuckpt doctor``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import zmq
+from traitlets import Bool, Dict, Float, Int, List, Unicode
+
+from gpuckpt_store import CheckpointError, CheckpointStore, default_root
+
+from ..errors import PlacementError, Unplaceable
+from ..gpus import GPU
+from ..processes import TAG
+from . import slurm_commands as slurm
+from .contract import ADOPT, START_SUSPENDED, Departure, GPUCheckpointProvisioner, GPUNeeds, Location, StartFailed
+from .slurm_files import JobFiles
+
+ON_TERM = "JUPYTER_GPUCKPT_ON_TERM"
+"""Tells the kernel where to write its exit note after checkpointing on SIGTERM."""
+STORE = "JUPYTER_GPUCKPT_STORE"
+KERNELSPEC = "JUPYTER_GPUCKPT_KERNELSPEC"
+_START_POLL = 0.25
+"""Seconds between looks at a starting job (its state, its connection file)."""
+HEARTBEAT_SECONDS = 2.0
+"""How long a kernel on a node Slurm no longer hears from may take to answer its heartbeat."""
+_CAUSES = {"PREEMPTED": "preemption", "NODE_FAIL": "node failure", "TIMEOUT": "its time limit",
+           "BOOT_FAIL": "node failure", "OUT_OF_MEMORY": "running out of memory"}
+
+
+class SlurmPlacement(GPUCheckpointProvisioner):
+    """Kernels as Slurm jobs; settings per kernelspec (provisioner config) or for all
+    (``c.SlurmPlacement.partition = ...``)."""
+
+    partition = Unicode("", config=True, help="Slurm partition kernels run in (sbatch --partition); "
+                                              "empty: the cluster's default.")
+    gpus = Int(1, config=True, help="GPUs each kernel job asks for (--gres=gpu:N).")
+    constraint = Unicode("", config=True, help="Node features the job needs (sbatch --constraint).")
+    time = Unicode("", config=True, help="Time limit of each kernel job (sbatch --time); empty: the partition's.")
+    sbatch_args = List(Unicode(), config=True, help="More sbatch arguments for every kernel job.")
+    gpu_kinds = List(Dict(), config=True, help=(
+        "The cluster's GPU kinds, so a resume asks only for GPUs the checkpoint fits: "
+        '[{"model": "NVIDIA H200", "memory": 150000000000, "feature": "h200"}, ...] where "feature" is '
+        'a node feature (--constraint) or "gres" a GRES type (--gres=gpu:TYPE:N). A checkpoint with GPU '
+        "tensors resumes on the kinds with at least its memory per GPU (and its model, with "
+        "same_gpu_model). Empty: any GPU."))
+    same_gpu_model = Bool(False, config=True, help="Resume only on GPUs of the model the checkpoint was taken on "
+                                                   "(else any kind with enough memory).")
+    poll_interval = Float(2.0, config=True, help="Seconds between squeue reads for all this server's kernel "
+                                                 "jobs (jupyter_client polls each kernel more often).")
+    queue_timeout = Float(600.0, config=True, help="Seconds a kernel job may wait in Slurm's queue before its "
+                                                   "start or resume fails with Slurm's reason (0: no limit).")
+    start_timeout = Float(120.0, config=True, help="Seconds from the job running to its kernel reporting its "
+                                                   "ports before the job is cancelled and the start fails.")
+    job_root = Unicode("", config=True, help="Folder every node sees for kernel jobs' files; default "
+                                             "<store>/<user>/jobs (the store must be on a shared file system).")
+
+    outlives_server = True
+    job_id: str | None = None
+    node: str | None = None
+    run = 0
+    _departure: Departure | None = None
+    _adopt: dict[str, Any] | None = None
+    _env: dict[str, str] | None = None
+    _cmd: list[str] | None = None
+    _cwd: str | None = None
+    _detached = False
+
+    # -- where -------------------------------------------------------------------------
+
+    @property
+    def _store(self) -> Path:
+        return self.store_root or default_root()
+
+    @property
+    def files(self) -> JobFiles:
+        root = Path(self.job_root) if self.job_root else CheckpointStore(self._store).jobs_dir
+        return JobFiles(root / self.kernel_id)
+
+    def _prepare_files(self) -> JobFiles:
+        """The kernel's folder, made private; in the store unless ``job_root`` says elsewhere."""
+        try:
+            if not self.job_root:
+                CheckpointStore(self._store).prepare()
+            files = self.files
+            files.prepare()
+        except (OSError, CheckpointError) as e:
+            raise PlacementError(f"cannot write the kernel job's files: {e}") from e
+        return files
+
+    def location(self, readings: list[GPU] | None = None) -> Location:
+        running = self.job_id is not None and not self.suspended and not self.waiting
+        gpus = [GPU(i, f"slurm-job-{self.job_id}-gpu{i}", f"GPU {i} of job {self.job_id}", 0)
+                for i in range(self.gpus)] if running else []
+        return Location("slurm", self.node if running else None, self.job_id if not self.suspended else None, gpus)
+
+    @property
+    def run_id(self) -> str | None:
+        return self.job_id
+
+    @property
+    def has_process(self) -> bool:
+        return self.suspended or self.job_id is not None
+
+    # -- launch ------------------------------------------------------------------------
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        km: Any = self.parent
+        env = dict(kwargs.get("env") or os.environ)
+        if env.pop(START_SUSPENDED, None):
+            self.suspended = True
+        adopt = env.pop(ADOPT, None)
+        self._adopt = json.loads(adopt) if adopt else None
+        kwargs["env"] = env
+        if km.curve_publickey is None and zmq.has("curve"):
+            km.curve_publickey, km.curve_secretkey = zmq.curve_keypair()
+        # The server's own copy of the connection info (ports here are placeholders until
+        # the job reports the ones it bound).
+        km.write_connection_file()
+        self.connection_info = km.get_connection_info()
+        own, km.connection_file = km.connection_file, str(self.files.connection)
+        kwargs["cmd"] = km.format_kernel_cmd(extra_arguments=kwargs.pop("extra_arguments", []))
+        km.connection_file = own
+        return await super().pre_launch(**kwargs)
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        self._cmd, self._cwd = cmd, kwargs.get("cwd")
+        self._env = {**kwargs["env"], TAG: self.kernel_id, STORE: str(self._store),
+                     KERNELSPEC: str(getattr(self.parent, "kernel_name", "") or "")}
+        if self.suspended:  # registered again after a server restart: stays suspended
+            return self.connection_info
+        try:
+            if self._adopt is not None:
+                return self._take_over(self._adopt)
+            return await self._start_job(GPUNeeds())
+        except PlacementError as e:
+            raise StartFailed(e) from e
+
+    def _take_over(self, info: dict[str, Any]) -> dict[str, Any]:
+        """Follow a job that outlived a server restart, from its ledger entry."""
+        self.job_id, self.node, self.run = str(info["job_id"]), info.get("node"), int(info["run"])
+        slurm.JobQueue.instance().track(self.job_id)
+        reported = self.files.reported()
+        if reported is None:
+            raise PlacementError(f"job {self.job_id}'s connection file is gone; the kernel cannot be reached")
+        self.connection_info = reported  # type: ignore[assignment]
+        return reported
+
+    def ledger_info(self) -> dict[str, Any] | None:
+        """The job to find again (the key stays in the job's private connection file)."""
+        if self.job_id is None or self.suspended or self.starting:
+            return None
+        return {"placement": "slurm", "job_id": self.job_id, "node": self.node, "run": self.run}
+
+    def _sbatch_args(self, needs: GPUNeeds) -> list[str]:
+        gres_type, constraints = self._gpu_constraint(needs)
+        args = [f"--job-name=jupyter-gpuckpt-{self.kernel_id[:8]}", "--no-requeue", "--export=ALL",
+                f"--output={self.files.output()}"]
+        if self.partition:
+            args.append(f"--partition={self.partition}")
+        if self.gpus:
+            args.append(f"--gres=gpu:{gres_type + ':' if gres_type else ''}{self.gpus}")
+        wanted = [c for c in (self.constraint, constraints) if c]
+        if wanted:
+            args.append("--constraint=" + "&".join(f"({c})" if "|" in c else c for c in wanted))
+        if self.time:
+            args.append(f"--time={self.time}")
+        if self._cwd:
+            args.append(f"--chdir={self._cwd}")
+        return [*args, *self.sbatch_args]
+
+    def _gpu_constraint(self, needs: GPUNeeds) -> tuple[str, str]:
+        """The GRES type or features of the GPU kinds the checkpoint fits (both empty: any).
+
+        Raises
+        ------
+        Unplaceable
+            No GPU kind of the cluster fits the checkpoint.
+        """
+        if not self.gpu_kinds or not needs.device_bytes:
+            return "", ""
+        fits = [k for k in self.gpu_kinds if int(k.get("memory", 0)) >= needs.most_bytes
+                and (not self.same_gpu_model or not needs.models or k.get("model") in needs.models)]
+        if not fits:
+            raise Unplaceable(f"no GPU kind in this cluster fits the checkpoint: it holds "
+                              f"{needs.most_bytes / 2**30:.1f} GiB on one GPU"
+                              + (f" of model {needs.models[0]}" if self.same_gpu_model and needs.models else "")
+                              + f"; known kinds: {', '.join(str(k.get('model')) for k in self.gpu_kinds)}")
+        gres = {str(k["gres"]) for k in fits if k.get("gres")}
+        if len(gres) == 1 and len(fits) == 1:
+            return gres.pop(), ""
+        features = [str(k["feature"]) for k in fits if k.get("feature")]
+        return "", "|".join(features)
+
+    async def _start_job(self, needs: GPUNeeds) -> dict[str, Any]:
+        """Submit a job for the kernel and wait until it reports its ports; the new
+        connection info. The job is cancelled if it does not get there."""
+        assert self._cmd is not None and self._env is not None, "launched before"
+        self.run += 1
+        run, files = self.run, self._prepare_files()
+        files.write_connection(dict(self.connection_info))
+        files.write_script(self.kernel_id, self._cmd)
+        env = {**self._env, ON_TERM: str(files.exit_note(run))}
+        self.waiting = "waiting for a GPU: submitting the job to Slurm"
+        job_id = await slurm.submit(str(files.script), self._sbatch_args(needs), env)
+        self.job_id, self.node, self._departure = job_id, None, None
+        try:
+            info = await self._until_reported(job_id, run)
+        except BaseException:
+            await self._end_job()
+            self.job_id = None
+            await self._until_ended(job_id)
+            raise
+        finally:
+            self.waiting = None
+        self.connection_info = info  # type: ignore[assignment]
+        return info
+
+    async def _until_reported(self, job_id: str, run: int) -> dict[str, Any]:
+        queue, files = slurm.JobQueue.instance(), self.files
+        submitted = time.monotonic()
+        running_since: float | None = None
+        while True:
+            job = await queue.job(job_id, _START_POLL)
+            if job.state == "PENDING":
+                reason = f", reason {job.reason}" if job.reason not in ("", "None") else ""
+                self.waiting = f"waiting for a GPU: queued in Slurm, job {job_id}{reason}"
+                if job.reason.startswith(slurm.UNPLACEABLE):
+                    raise Unplaceable(f"Slurm cannot run job {job_id} as asked "
+                                      f"(partition {self.partition or 'default'}): {job.reason}")
+                if self.queue_timeout and time.monotonic() - submitted > self.queue_timeout:
+                    raise PlacementError(f"job {job_id} was still queued in Slurm ({job.reason}) after "
+                                         f"{self.queue_timeout:.0f} s (SlurmPlacement.queue_timeout)")
+            elif job.ended:
+                tail = files.output_tail(job_id)
+                raise PlacementError(f"job {job_id} ended ({job.state}) before its kernel reported back"
+                                     + (f": {tail}" if tail else ""))
+            else:
+                self.node = job.node or self.node
+                self.waiting = f"starting: job {job_id} runs on {job.node}, waiting for the kernel to report"
+                running_since = running_since or time.monotonic()
+                reported = files.reported()
+                if reported is not None:
+                    return reported
+                if time.monotonic() - running_since > self.start_timeout:
+                    raise PlacementError(f"job {job_id} runs on node {job.node}, but its kernel did not report "
+                                         f"back within {self.start_timeout:.0f} s (SlurmPlacement.start_timeout); "
+                                         f"see {files.output(job_id)}")
+            await asyncio.sleep(_START_POLL)
+
+    # -- state -------------------------------------------------------------------------
+
+    async def poll(self) -> int | None:
+        if self.suspended or self.starting:
+            return None
+        if self.job_id is None:
+            return 0
+        job = await slurm.JobQueue.instance().job(self.job_id, self.poll_interval)
+        if job.node_unresponsive and not await self._heartbeat():
+            # Slurm no longer hears the node and the kernel does not answer either: the node
+            # is as good as dead (Slurm declares it so after SlurmdTimeout). The job is
+            # cancelled, so that Slurm ends it should the node come back.
+            self._departure = Departure("node failure", self.node, error=None)
+            await slurm.cancel(self.job_id)
+            return 1
+        if not job.ended:
+            return None
+        if self._departure is None:
+            self._departure = self._why_ended(job)
+        return 1
+
+    async def _heartbeat(self) -> bool:
+        """Whether the kernel answers a heartbeat within ``HEARTBEAT_SECONDS``."""
+        km: Any = self.parent
+        socket = km.connect_hb()
+        try:
+            await socket.send(b"ping")
+            return bool(await socket.poll(HEARTBEAT_SECONDS * 1000))
+        finally:
+            socket.close(linger=0)
+
+    def _why_ended(self, job: slurm.Job) -> Departure:
+        note = self.files.read_exit_note(self.run) or {}
+        cause = _CAUSES.get(job.state) or ("preemption" if note else "the job ended")
+        return Departure(cause, self.node, note.get("checkpoint_id"), note.get("interrupted_cell"),
+                         note.get("error"))
+
+    def departure(self) -> Departure | None:
+        gone, self._departure = self._departure, None
+        return gone
+
+    async def running(self) -> bool:
+        if self.job_id is None:
+            return False
+        return not (await slurm.JobQueue.instance().job(self.job_id, _START_POLL)).ended
+
+    def lost(self) -> bool:
+        if self.suspended or self.starting or self.job_id is None:
+            return False
+        job = slurm.JobQueue.instance().cached(self.job_id)
+        return job is not None and job.ended
+
+    async def wait(self) -> int | None:
+        while self.job_id is not None and not self.suspended:
+            job = await slurm.JobQueue.instance().job(self.job_id, _START_POLL)
+            if job.ended:
+                return 0
+            await asyncio.sleep(_START_POLL)
+        return 0
+
+    # -- signals and ending ------------------------------------------------------------
+
+    async def send_signal(self, signum: int) -> None:
+        if signum and self.job_id is not None and not self.suspended:
+            await slurm.cancel(self.job_id, signal.Signals(signum).name.removeprefix("SIG"))
+
+    async def kill(self, restart: bool = False) -> None:
+        await self._end_job()
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self._end_job()
+
+    async def _end_job(self) -> None:
+        """End the kernel now: SIGKILL to its steps first (a SIGTERM would make it take a
+        checkpoint of its own), then cancel the job, whose GRES Slurm then frees."""
+        if self.job_id is None or self._detached:
+            return
+        await slurm.cancel(self.job_id, "KILL")
+        await slurm.cancel(self.job_id)
+
+    async def shutdown_requested(self, restart: bool = False) -> None:
+        if self.suspended and not restart:
+            self.suspended = False
+
+    async def cleanup(self, restart: bool = False) -> None:
+        if self._detached:
+            return
+        await self._end_job()
+        if self.job_id is not None:
+            slurm.JobQueue.instance().forget(self.job_id)
+        self.job_id = None
+        if not restart and not self.suspended:
+            for path in sorted(self.files.folder.glob("*")):
+                path.unlink(missing_ok=True)
+
+    def detach(self) -> None:
+        self._detached = True
+
+    # -- suspend and resume ------------------------------------------------------------
+
+    async def suspend(self) -> list[str]:
+        """Cancel the job: Slurm frees its GRES at once and may lend them to anyone."""
+        self.suspended = True
+        await self._end_job()
+        job_id, self.job_id = self.job_id, None
+        if job_id is not None:
+            await self._until_ended(job_id)
+            slurm.JobQueue.instance().forget(job_id)
+        self.node = None
+        return []
+
+    async def _until_ended(self, job_id: str) -> None:
+        deadline = time.monotonic() + slurm.COMMAND_TIMEOUT
+        while not (await slurm.JobQueue.instance().job(job_id, _START_POLL)).ended:
+            if time.monotonic() > deadline:
+                raise PlacementError(f"job {job_id} did not end within {slurm.COMMAND_TIMEOUT:.0f} s of scancel")
+            await asyncio.sleep(_START_POLL)
+
+    async def resume(self, needs: GPUNeeds) -> None:
+        """Submit a new job, on any node with GPUs that fit ``needs``, and wait for it."""
+        if not self.suspended:
+            return
+        self.starting = True
+        self.suspended = False
+        await self._start_job(needs)
+

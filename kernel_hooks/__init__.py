@@ -36,10 +36,13 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Called by ``%load_ext kernel_hooks``: register ``%gpuckpt`` and the server's comm."""
+    """Called by ``%load_ext kernel_hooks``: register ``%gpuckpt`` and the server's comm,
+    and checkpoint on SIGTERM where the server asked for it (:mod:`.preemption`)."""
     from .ipython.magics import CheckpointMagics
     from .ipython.server_calls import register
+    from .preemption import arm
     from .state.session import current
 
     ipython.register_magics(CheckpointMagics(ipython, current()))
     register(ipython)
+    arm(ipython)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from kernels import Kernel, KernelFactory
-from server_fixtures import FAST_KERNEL_NAME, KERNEL_NAME
+from server_fixtures import FAST_KERNEL_NAME, KERNEL_NAME, SLURM_KERNELSPECS
 from traitlets.config import Config
 
 from jupyter_gpuckpt.kernelspec import kernelspec_json
@@ -42,6 +42,10 @@ def jp_server_config(jp_data_dir: Path, gpuckpt_config: dict[str, Any]) -> Confi
         folder = jp_data_dir / "kernels" / name
         folder.mkdir(parents=True)
         (folder / "kernel.json").write_text(json.dumps(spec))
+    for name, slurm in SLURM_KERNELSPECS.items():
+        folder = jp_data_dir / "kernels" / name
+        folder.mkdir(parents=True)
+        (folder / "kernel.json").write_text(json.dumps(kernelspec_json(f"Slurm test ({name})", slurm=slurm)))
     return Config({
         "ServerApp": {"jpserver_extensions": {"jupyter_gpuckpt": True}},
         "GPUCheckpointApp": gpuckpt_config,

@@ -7,9 +7,16 @@ import json
 import uuid
 from typing import Any
 
+from jupyter_gpuckpt.kernelspec import slurm_config
+
 KERNEL_NAME = "python3-gpuckpt"
 FAST_KERNEL_NAME = "python3-gpuckpt-fast"
 """A kernelspec whose metadata overrides the idle timeout to 1 s."""
+SLURM_KERNELSPECS = {"python3-gpuckpt-slurm": slurm_config("gpu", gpus=1),
+                     "python3-gpuckpt-far": slurm_config("far", gpus=1),
+                     "python3-gpuckpt-wide": slurm_config("wide", gpus=1)}
+"""Kernelspecs whose kernels are jobs on the Slurm test cluster (tests/slurm_testbed): in
+partition gpu (node1, node2), far (node3, in its own network namespace), wide (all three)."""
 
 
 async def start_kernel(jp_fetch: Any, name: str = KERNEL_NAME) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import socket
 import subprocess
 import threading
@@ -76,6 +77,21 @@ def test_install_kernelspec_selects_the_provisioner(server: Server, kernelspec: 
     assert KERNEL_NAME in server.api("GET", "api/kernelspecs")["kernelspecs"]
     usage = server.cli("install-kernelspec", "--user", "--sys-prefix")
     assert usage.returncode == 2 and "not allowed with argument" in usage.stderr
+
+
+def test_install_kernelspec_for_slurm_writes_the_job_settings(server: Server) -> None:
+    out = _ok(server.cli("install-kernelspec", "--user", "--name", "on-slurm", "--slurm", "--partition", "gpu",
+                         "--gpus", "2", "--constraint", "h100|h200", "--time", "8:00:00",
+                         "--sbatch-arg=--account=ml", "--sbatch-arg=--qos=interactive"))
+    assert "on-slurm" in out
+    spec = json.loads((server.data_dir / "kernels" / "on-slurm" / "kernel.json").read_text())
+    assert spec["metadata"]["kernel_provisioner"]["config"] == {
+        "placement": "slurm", "partition": "gpu", "gpus": 2, "constraint": "h100|h200", "time": "8:00:00",
+        "sbatch_args": ["--account=ml", "--qos=interactive"]}
+    refused = server.cli("install-kernelspec", "--user", "--name", "no-partition", "--slurm")
+    assert refused.returncode == 1 and "a Slurm kernelspec needs a partition (--partition)" in refused.stderr
+    assert not (server.data_dir / "kernels" / "no-partition").exists()
+    shutil.rmtree(server.data_dir / "kernels" / "on-slurm")  # the module's server (and doctor) go on without it
 
 
 def test_checkpoint_suspend_resume_round_trip(server: Server, kernelspec: Path) -> None:

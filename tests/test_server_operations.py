@@ -15,7 +15,7 @@ import pytest
 from server_fixtures import KERNEL_NAME, api, run, start_kernel
 from tornado.httpclient import HTTPClientError
 
-import jupyter_gpuckpt.provisioner
+import jupyter_gpuckpt.placement.local
 from jupyter_gpuckpt.gpus import GPUPool
 
 
@@ -71,41 +71,40 @@ async def test_a_checkpoint_a_suspended_kernel_needs_cannot_be_deleted(jp_fetch,
     assert code == 400  # non-ASCII digits are not a checkpoint id
 
 
-async def test_a_failure_while_ending_the_process_leaves_a_safe_state(jp_fetch, jp_serverapp, jp_ws_fetch,
-                                                                      monkeypatch):
+async def test_a_failure_while_ending_the_process_leaves_a_safe_state(jp_fetch, jp_serverapp, jp_ws_fetch):
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, "x = 41")
 
     async def broken(*args: Any, **kwargs: Any) -> list[str]:
         raise RuntimeError("the process table could not be read")
 
-    monkeypatch.setattr(jupyter_gpuckpt.provisioner, "end_kernel_tree", broken)
-    code, message = await _error(api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1"))
-    assert code == 500 and "RuntimeError: the process table could not be read" in message
-    model = await api(jp_fetch, "kernels", kernel_id)
-    assert model["state"] == "running"  # not "checkpointing" for good: the process still runs
-    assert "the process table could not be read" in model["last_error"]
-    assert (await run(jp_serverapp, kernel_id, "print(x + 1)")).strip() == "42"
+    # its own patch, undone alone (pytest-jupyter's environment stays patched)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jupyter_gpuckpt.placement.local, "end_kernel_tree", broken)
+        code, message = await _error(api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1"))
+        assert code == 500 and "RuntimeError: the process table could not be read" in message
+        model = await api(jp_fetch, "kernels", kernel_id)
+        assert model["state"] == "running"  # not "checkpointing" for good: the process still runs
+        assert "the process table could not be read" in model["last_error"]
+        assert (await run(jp_serverapp, kernel_id, "print(x + 1)")).strip() == "42"
 
-    monkeypatch.undo()
     assert (await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1"))["state"] == "suspended"
 
 
-async def test_a_failure_after_the_process_ended_leaves_it_suspended_and_resumable(jp_fetch, jp_serverapp,
-                                                                                    monkeypatch):
+async def test_a_failure_after_the_process_ended_leaves_it_suspended_and_resumable(jp_fetch, jp_serverapp):
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, "x = 41")
 
     async def broken(self: Any, kernel_id: str) -> None:
         raise RuntimeError("the GPU pool could not be updated")
 
-    monkeypatch.setattr(GPUPool, "release", broken)
-    code, message = await _error(api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1"))
-    assert code == 500 and "the GPU pool could not be updated" in message
-    model = await api(jp_fetch, "kernels", kernel_id)
-    # saved, and the process is gone: suspended, not "checkpointing" for good
-    assert model["state"] == "suspended" and model["last_checkpoint"] is not None
-    monkeypatch.undo()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GPUPool, "release", broken)
+        code, message = await _error(api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1"))
+        assert code == 500 and "the GPU pool could not be updated" in message
+        model = await api(jp_fetch, "kernels", kernel_id)
+        # saved, and the process is gone: suspended, not "checkpointing" for good
+        assert model["state"] == "suspended" and model["last_checkpoint"] is not None
     assert (await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1"))["state"] == "running"
     assert (await run(jp_serverapp, kernel_id, "print(x + 1)")).strip() == "42"
 
@@ -163,7 +162,7 @@ async def test_background_failures_are_logged_with_their_traceback(jp_fetch, jp_
     async def broken(*args: Any, **kwargs: Any) -> list[str]:
         raise RuntimeError("a bug in the suspend")
 
-    monkeypatch.setattr(jupyter_gpuckpt.provisioner, "end_kernel_tree", broken)
+    monkeypatch.setattr(jupyter_gpuckpt.placement.local, "end_kernel_tree", broken)
     response = await jp_fetch("api", "gpuckpt", "kernels", kernel_id, "suspend", method="POST", body=b"")
     assert response.code == 202
     deadline = asyncio.get_running_loop().time() + 60

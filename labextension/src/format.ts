@@ -88,6 +88,16 @@ export function formatGpus(gpus: IGPU[], trans: ITrans): string {
   return gpus.map(formatGpu).join(', ');
 }
 
+/** `on node1 (Slurm job 123)` for a kernel on another node; null for a local one. */
+export function formatPlace(kernel: IKernel, trans: ITrans): string | null {
+  if (kernel.placement !== 'slurm' || !kernel.node) {
+    return null;
+  }
+  return kernel.job_id
+    ? trans.__('on %1 (Slurm job %2)', kernel.node, kernel.job_id)
+    : trans.__('on %1', kernel.node);
+}
+
 /** Seconds idle now, from what the server said and how long ago it said it. */
 export function idleSeconds(kernel: IKernel, now: number): number | null {
   if (kernel.idle_seconds === null || kernel.idle_seconds === undefined) {
@@ -113,8 +123,19 @@ export function statusText(
   trans: ITrans
 ): string {
   const parts = [formatState(kernel, trans)];
-  if (kernel.state !== 'suspended') {
-    parts.push(formatGpus(kernel.gpus, trans));
+  if (kernel.waiting_for_gpus) {
+    parts.push(kernel.waiting_for_gpus);
+  } else if (kernel.state !== 'suspended') {
+    // a Slurm node's GPUs are not read from here: their count is what is known
+    parts.push(
+      kernel.placement === 'slurm'
+        ? trans.__('%1 GPU(s)', kernel.gpus.length)
+        : formatGpus(kernel.gpus, trans)
+    );
+  }
+  const where = formatPlace(kernel, trans);
+  if (where) {
+    parts.push(where);
   }
   const idle = idleSeconds(kernel, now);
   if (idle !== null && kernel.state === 'running' && kernel.progress === null) {

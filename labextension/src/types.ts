@@ -84,8 +84,14 @@ export interface IKernel {
   execution_state?: string | null;
   suspended_for?: number | null;
   connections?: number;
-  /** Why a resume waits, e.g. for a GPU held by another kernel; null when it does not. */
+  /** Why a resume waits, e.g. for a GPU held by another kernel, or queued in Slurm; null when it does not. */
   waiting_for_gpus?: string | null;
+  /** Where kernels of its kernelspec run: on the server's host, or as Slurm jobs. */
+  placement?: 'local' | 'slurm' | null;
+  /** The node it runs on (Slurm's node name), null while it is suspended or queued. */
+  node?: string | null;
+  /** Its Slurm job, for Slurm kernels that run or wait in the queue. */
+  job_id?: string | null;
   /** The last restore's report, with the rebuild since if any; null before a restore. */
   report?: IRestoreReport | null;
   /** The admin's setting: offer to re-run the cells that rebuild what was not restored. */

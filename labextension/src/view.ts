@@ -9,6 +9,7 @@ import {
   formatBytes,
   formatDuration,
   formatGpu,
+  formatPlace,
   formatState,
   idleSeconds,
   notRestoredText
@@ -139,6 +140,10 @@ export function kernelCardView(
     gpus = [trans.__('GPUs released')];
   } else if (!kernel.gpus.length) {
     gpus = [trans.__('no GPU')];
+  } else if (kernel.placement === 'slurm') {
+    gpus = [
+      trans.__('%1 GPU(s) %2', kernel.gpus.length, formatPlace(kernel, trans))
+    ];
   } else {
     gpus = kernel.gpus.map(g =>
       g.index === undefined

@@ -134,6 +134,38 @@ test('statusText puts it together', () => {
   );
 });
 
+test('statusText says where a Slurm kernel runs, and why a resume waits', () => {
+  const now = 1_000_000;
+  const gpu = {
+    uuid: 'g',
+    name: 'GPU 0 of job 7',
+    memory_total: 0,
+    memory_used: 0,
+    utilization: 0
+  };
+  assert.equal(
+    statusText(
+      kernel({ placement: 'slurm', node: 'node2', job_id: '7', gpus: [gpu] }),
+      now,
+      trans
+    ),
+    'running · 1 GPU(s) · on node2 (Slurm job 7) · idle 30s · no checkpoint'
+  );
+  const waiting = 'waiting for a GPU: queued in Slurm, job 8, reason Resources';
+  assert.equal(
+    statusText(
+      kernel({
+        state: 'restoring',
+        placement: 'slurm',
+        waiting_for_gpus: waiting
+      }),
+      now,
+      trans
+    ),
+    `restoring · ${waiting} · no checkpoint`
+  );
+});
+
 test('skippedText names the variables, reasons and cells to re-run', () => {
   assert.equal(skippedText([], trans), null);
   assert.equal(

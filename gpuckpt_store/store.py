@@ -76,8 +76,9 @@ class CheckpointStore:
         self.checkpoints = self.base / "checkpoints"
         self.blobs_dir = self.base / "blobs"
         self.writers_dir = self.base / "writers"
-        self.jobs_dir = self.base / "jobs"
         """One journal per save in progress (see :class:`~.collect.SaveJournal`)."""
+        self.jobs_dir = self.base / "jobs"
+        """A Slurm kernel's job files, one folder per kernel (written by the server)."""
 
     # -- writing -------------------------------------------------------------------------
 

@@ -120,14 +120,17 @@ class GPUCheckpointApp(ExtensionApp):
         self.metrics.stop()
 
     async def _on_kernel_action(self, logger: Any, schema_id: str, data: dict[str, Any]) -> None:
-        """Follow every kernel from its start (its restarts, the cells it runs) and forget it
-        at its shutdown."""
+        """Follow every kernel from its start (its restarts, the cells it runs, where it runs)
+        and forget it at its shutdown."""
         kernel_id = data.get("kernel_id")
         if not kernel_id or data.get("status") != "success":
             return
         assert self.serverapp is not None
         if data.get("action") == "start" and kernel_id in self.serverapp.kernel_manager:
             self.manager.record(str(kernel_id))
+        elif data.get("action") == "restart" and kernel_id in self.serverapp.kernel_manager:
+            # the user restarted it: a Slurm kernel now runs in a new job, elsewhere
+            await self.manager.connection_changed(str(kernel_id))
         elif data.get("action") == "shutdown":
             self.manager.forget(str(kernel_id))
 

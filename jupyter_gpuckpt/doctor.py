@@ -133,7 +133,11 @@ def _slurm_partitions() -> set[str]:
 
 
 def _slurm(*argv: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_CHECK_SECONDS + 30)
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=SLURM_CHECK_SECONDS + 30)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(argv, 1, "", f"{argv[0]} did not answer within "
+                                                        f"{SLURM_CHECK_SECONDS + 30} s (is slurmctld up?)")
 
 
 def check_slurm(root: Path) -> list[Check]:

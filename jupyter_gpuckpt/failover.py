@@ -57,25 +57,30 @@ class Failover(OperationRunner):
             interrupted = None
             if departure is not None and departure.checkpoint_id:
                 interrupted = departure.interrupted_cell
-                last_cell = interrupted if interrupted is not None else (checkpoint or {}).get("last_cell")
-                checkpoint = {"id": departure.checkpoint_id, "last_cell": last_cell, "time": None,
+                last_cell = interrupted if interrupted is not None else departure.last_cell
+                checkpoint = {"id": departure.checkpoint_id, "last_cell": last_cell, "time": time.time(),
                               "taken_by": "the kernel, as it was told to end"}
                 record.last_checkpoint = checkpoint
-            if checkpoint is None:
-                record.state = State.RUNNING
-                record.notice = "The kernel's process died and it had no checkpoint: it restarted empty."
-                record.back("the kernel's process died and it had no checkpoint, so it restarted with nothing "
-                            "defined; the cell was not run: run the cells it needs again")
-                return
 
             async def safe_state(message: str) -> tuple[State, str | None]:
+                if provisioner is not None and not await provisioner.running():
+                    # nothing runs, and jupyter_client will not start it again by itself
+                    self.manager.km(kernel_id).stop_restarter()
+                    return State.FAILED, (f"the kernel could not be started again ({message}); the cell was not "
+                                          "run: restart the kernel")
                 return State.RUNNING, (f"the kernel's process died and its checkpoint could not be restored "
                                        f"({message}); the cell was not run against an empty kernel")
 
             async with self._run(record, "restore-after-failure", "failure", State.RESTORING, safe_state) as op:
-                lost = self.manager.watcher.ran_after(kernel_id, checkpoint.get("last_cell") or 0)
+                lost = self.manager.watcher.ran_after(kernel_id, (checkpoint or {}).get("last_cell") or 0)
                 await self._started_again(kernel_id, dead_run)
                 await self.manager.connection_changed(kernel_id)
+                if checkpoint is None:
+                    record.state = State.RUNNING
+                    record.notice = "The kernel's process died and it had no checkpoint: it restarted empty."
+                    record.back("the kernel's process died and it had no checkpoint, so it restarted with "
+                                "nothing defined; the cell was not run: run the cells it needs again")
+                    return
                 report = await self._restore(record, checkpoint["id"], "restore-after-failure")
                 record.state = State.RUNNING
                 self._tell(record, self._headline(kernel_id, departure, report["id"], lost, interrupted),
@@ -113,6 +118,8 @@ class Failover(OperationRunner):
         deadline = time.monotonic() + self.manager.settings.ready_timeout
         while not (provisioner is not None and provisioner.run_id not in (None, dead_run) and km.ready.done()
                    and await km.is_alive()):
+            if provisioner is not None and provisioner.start_error:
+                raise OperationFailed(provisioner.start_error)
             if provisioner is not None and provisioner.waiting:
                 # queued in its placement (which bounds that wait itself): the clock starts after
                 deadline = time.monotonic() + self.manager.settings.ready_timeout

@@ -142,6 +142,7 @@ class CheckpointManager:
         self._endpoints[kernel_id] = endpoint
         last = activity.last_activity(km)
         self.kernel_manager.ports_changed(kernel_id)
+        self.kernel_manager.stop_buffering(kernel_id)  # a notebook reconnecting gets new streams
         self.kernel_manager.stop_watching_activity(kernel_id)
         self.kernel_manager.start_watching_activity(kernel_id)
         activity.restore_activity(km, last.timestamp() if last else None)
@@ -308,6 +309,8 @@ class CheckpointManager:
             except Exception as e:
                 self.tasks.log.error("gpuckpt: kernel %s could not be registered again: %s", kernel_id, e)
                 continue
+            # the flag was for this start only: a later restart launches the kernel afresh
+            self.km(kernel_id).update_env(env={ADOPT: "", START_SUSPENDED: ""})
             record = self.record(kernel_id)
             record.load(entry)
             if not running:

@@ -88,7 +88,10 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         ports): every open connection to it reconnects its streams there."""
         moving = [c for c in list(ZMQChannelsWebsocketConnection._open_sockets)
                   if isinstance(c, cls) and c.kernel_id == kernel_id]
-        await asyncio.gather(*(c._reconnect() for c in moving))
+        # one connection closing meanwhile must not fail the others, nor the resume
+        for outcome in await asyncio.gather(*(c._reconnect() for c in moving), return_exceptions=True):
+            if isinstance(outcome, Exception):
+                moving[0].log.warning("gpuckpt: a websocket of kernel %s did not reconnect: %s", kernel_id, outcome)
 
     async def _reconnect(self) -> None:
         """Close the streams to the old place, open them to the new one, and wait until

@@ -21,6 +21,8 @@ was doing when the signal came:
   longer than the grace time ends in SIGKILL with no note. A cell that runs but was caught
   in IPython's own code around it (compiling, say) is signalled again shortly.
 
+A note that already exists when SIGTERM comes was written by the server, which ended the
+run itself (a suspend or a shutdown, after its own checkpoint): the kernel then exits at once.
 Further SIGTERMs during the save are ignored; one while an interrupted cell still runs
 (its code caught the interrupt) interrupts it again. A cell stuck in one long call into C
 code cannot be interrupted before that call returns, and cells of ipykernel subshells (other
@@ -132,6 +134,8 @@ class _Preemption:
             loop.call_soon_threadsafe(self.finish)
 
     def on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        if self.note.exists():  # the server ended this run itself (a suspend, a shutdown): nothing to save
+            os._exit(0)
         if self.signal_at is None:
             self.signal_at = time.time()
         if self.cells and _in_cell_code(frame):
@@ -150,14 +154,15 @@ class _Preemption:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         # Not interrupted: a top-level-await cell may still be waiting; it ends here.
         cell = self.interrupted_cell if self.interrupted else (self.cells[0][1] if self.cells else None)
-        checkpoint_id = error = None
+        checkpoint_id = last_cell = error = None
         try:
-            checkpoint_id = save_checkpoint(self.shell, CheckpointStore(self.store), kernel_id=self.kernel_id,
-                                            kernelspec=self.kernelspec).id
+            saved = save_checkpoint(self.shell, CheckpointStore(self.store), kernel_id=self.kernel_id,
+                                    kernelspec=self.kernelspec)
+            checkpoint_id, last_cell = saved.id, saved.last_cell
         except BaseException as e:  # the server must hear of any failure, and the process still ends
             error = error_text(e)
-        note = {"reason": "terminated", "checkpoint_id": checkpoint_id, "interrupted_cell": cell, "error": error,
-                "signal_at": self.signal_at, "saved_at": time.time()}
+        note = {"reason": "terminated", "checkpoint_id": checkpoint_id, "last_cell": last_cell,
+                "interrupted_cell": cell, "error": error, "signal_at": self.signal_at, "saved_at": time.time()}
         status = 0
         try:
             write_note(self.note, note)

@@ -49,7 +49,8 @@ def read_note(note: Path, seconds: float | None, what: str, failed: bool = False
     content: dict[str, Any] = json.loads(note.read_text())
     print(f"\n{what}: signal to note {seconds:.3f} s (kernel's own clock: "
           f"{content['saved_at'] - content['signal_at']:.3f} s)")
-    assert set(content) == {"reason", "checkpoint_id", "interrupted_cell", "error", "signal_at", "saved_at"}
+    assert set(content) == {"reason", "checkpoint_id", "last_cell", "interrupted_cell", "error", "signal_at",
+                            "saved_at"}
     assert content["reason"] == "terminated"
     assert (content["error"] is not None) is failed and (content["checkpoint_id"] is None) is failed, content
     assert content["signal_at"] <= content["saved_at"]
@@ -84,11 +85,12 @@ def test_sigterm_idle_kernel_checkpoints_and_exits(kernels: KernelFactory, tmp_p
     note = tmp_path / "exit-note.json"
     kernel = start_armed(kernels, note)
     kernel.ok("a = 41\nwords = ['x', 'y']")
+    last = kernel.value("get_ipython().execution_count")  # this cell's own number
 
     status, seconds = terminate(kernel, note)
     content = read_note(note, seconds, "idle kernel")
     assert status == 0
-    assert content["interrupted_cell"] is None
+    assert content["interrupted_cell"] is None and content["last_cell"] == last  # every cell is in it
     assert checkpoints(kernels) == [content["checkpoint_id"]]
     assert kernels.manifest(content["checkpoint_id"])["kernel_id"] == "kernel-under-test"
 
@@ -174,6 +176,19 @@ def test_sigterm_while_async_cell_waits(kernels: KernelFactory, tmp_path: Path) 
     fresh = kernels.start()
     fresh.ok(f"%gpuckpt restore {content['checkpoint_id']}")
     assert fresh.value("b") == 7
+
+
+def test_a_run_the_server_ended_exits_on_sigterm_without_a_checkpoint(kernels: KernelFactory,
+                                                                     tmp_path: Path) -> None:
+    """A suspend or a shutdown writes the note before Slurm's SIGTERM: the kernel, whose state
+    the server has just saved (or which is shut down), exits at once and keeps that note."""
+    note = tmp_path / "exit-note.json"
+    kernel = start_armed(kernels, note)
+    kernel.ok("a = 1")
+    note.write_text(json.dumps({"reason": "ended by the server"}))
+    status, _ = terminate(kernel, None)
+    assert status == 0 and checkpoints(kernels) == []
+    assert json.loads(note.read_text()) == {"reason": "ended by the server"}
 
 
 def test_sigterm_during_server_save_lets_it_answer_first(kernels: KernelFactory, tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import json
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -97,6 +98,8 @@ async def test_suspend_frees_the_gres_and_a_pending_job_takes_the_gpu(jp_fetch: 
     started = time.monotonic()
     suspended = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
     assert suspended["state"] == "suspended" and suspended["job_id"] is None and suspended["gpus"] == []
+    # the kernel, told by the server that it ends its run, took no checkpoint of its own on SIGTERM
+    assert len(await api(jp_fetch, "kernels", kernel_id, "checkpoints")) == 1
     await until(lambda: asyncio.to_thread(lambda: slurm.job_state(waiting) == "RUNNING"), 30,
                 "the pending job to take the freed GPU")
     print(f"suspend to the pending job running: {time.monotonic() - started:.1f} s")
@@ -116,6 +119,10 @@ async def test_resume_waits_in_slurms_queue_visibly_then_lands_on_the_other_node
         cell = asyncio.ensure_future(ws_execute(ws, "print(name, int(weights.sum()))", timeout=180))
         waiting = await until(lambda: _waiting(jp_fetch, kernel_id), 30, "the resume to wait in the queue")
         assert waiting.startswith("waiting for a GPU: queued in Slurm, job ") and "reason Resources" in waiting
+        listing = await asyncio.to_thread(subprocess.run, [
+            JUPYTER, "gpuckpt", "list", "--url", jp_serverapp.connection_url,
+            "--token", jp_serverapp.identity_provider.token], capture_output=True, text=True, timeout=60)
+        assert f"{kernel_id}: waiting for a GPU: queued in Slurm, job " in listing.stdout, listing
         assert not cell.done()  # the cell waits for the kernel
         slurm.cancel(first)  # node2's GPU frees
         reply, iopub = await cell
@@ -142,25 +149,34 @@ async def test_a_kernel_on_a_node_in_its_own_network_namespace(jp_fetch: Any, jp
     assert (await model(jp_fetch, kernel_id))["node"] == "node3"
 
 
+@pytest.mark.parametrize("busy", [True, False], ids=["busy", "idle"])
 async def test_preemption_checkpoints_in_the_grace_time_and_the_kernel_moves(
-        jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any, slurm: Any) -> None:
+        jp_fetch: Any, jp_ws_fetch: Any, jp_serverapp: Any, slurm: Any, busy: bool) -> None:
     kernel_id = await start_kernel(jp_fetch, SLURM)
     await run(jp_serverapp, kernel_id, "kept = 'before the preemption'")
     node = (await model(jp_fetch, kernel_id))["node"]
     other = "node2" if node == "node1" else "node1"
     ws = await jp_ws_fetch("api", "kernels", kernel_id, "channels")
     try:
-        busy = asyncio.ensure_future(ws_execute(ws, "n = 0\nwhile True:\n    n += 1", timeout=240))
-        await asyncio.sleep(1)
+        code = "n = 0\nwhile True:\n    n += 1" if busy else "n = 1"
+        cell = asyncio.ensure_future(ws_execute(ws, code, timeout=240))
+        if busy:
+            await asyncio.sleep(1)
+        else:
+            await cell
         started = time.monotonic()
         owner = slurm.submit(["-p", "owner", "-w", node, "--gres=gpu:1", "-o", "/dev/null", "--wrap", "sleep 600"])
-        reply, _ = await busy  # interrupted by the preemption
-        assert reply["content"]["status"] == "error"
+        if busy:
+            reply, _ = await cell  # interrupted by the preemption, and answered
+            assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "KernelTerminated"
         moved = await until(lambda: _moved(jp_fetch, kernel_id), 150, "the kernel to come back elsewhere")
         print(f"owner job submitted to the kernel answering on {moved['node']}: {time.monotonic() - started:.1f} s")
         assert moved["node"] == other and slurm.job_state(owner) == "RUNNING"
         assert f"moved from {node} to {other} after preemption" in moved["notice"]
-        assert "Cell 2 was interrupted: re-run it." in moved["notice"]
+        if busy:
+            assert "Cell 2 was interrupted: re-run it." in moved["notice"]
+        else:  # the kernel's own checkpoint holds every cell it ran
+            assert "Cells run after that checkpoint: none." in moved["notice"], moved["notice"]
         reply, iopub = await ws_execute(ws, "print(kept, n > 0)")
     finally:
         ws.close()
@@ -216,7 +232,8 @@ async def test_bad_placements_fail_with_a_clear_error_and_leave_no_job(jp_fetch:
         "unknown-partition": ({"partition": "nosuchpartition"}, None, "invalid partition"),
         "no-such-feature": ({"partition": "gpu", "constraint": "nosuchfeature"}, None, "Invalid feature"),
         "fails-to-start": ({"partition": "gpu"}, ["/nonexistent/python"], "before its kernel reported back"),
-        "never-reports": ({"partition": "gpu", "start_timeout": 3.0}, ["sleep", "600"],
+        "never-reports": ({"partition": "gpu", "start_timeout": 3.0},
+                          [sys.executable, "-c", "import time; time.sleep(600)", "{connection_file}"],
                           "did not report back within 3 s"),
     }
     for name, (config, argv, expected) in cases.items():

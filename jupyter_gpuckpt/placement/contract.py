@@ -50,6 +50,8 @@ class Departure:
     node: str | None = None
     checkpoint_id: str | None = None
     """A checkpoint the kernel took itself as it was told to end (newer than the server's)."""
+    last_cell: int | None = None
+    """The last cell that checkpoint holds (cells after it are lost)."""
     interrupted_cell: int | None = None
     """The cell that was running and was interrupted to take that checkpoint."""
     error: str | None = None
@@ -108,9 +110,9 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     Instantiating this class gives the implementation that ``placement`` names.
     """
 
-    placement = Unicode("local", config=True,
-                        help="Where kernels of this kernelspec run: 'local' (a process on the server's host) "
-                             "or 'slurm' (a Slurm job; see SlurmPlacement).")
+    placement = Unicode("local", help="Where kernels of this kernelspec run, set in its provisioner config: "
+                                      "'local' (a process on the server's host) or 'slurm' (a Slurm job; see "
+                                      "SlurmPlacement).")
 
     suspended = False
     """The kernel is gone on purpose and stays registered; ``poll`` answers "alive"."""
@@ -120,6 +122,9 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     """Why the kernel is not running yet (no free GPU, queued in Slurm), for the user."""
     survivors: list[str] = []
     """Processes that outlived the last suspend (``pid N (command)``); their GPUs stay held."""
+    start_error: str | None = None
+    """Why the last start failed. After a failed restart ``poll`` answers "alive", so that
+    jupyter_client's restarter does not start it again and again; the failover reports it."""
     outlives_server = False
     """Whether the kernel keeps running when this server stops (it is adopted at restart)."""
     store_root: ClassVar[Path | None] = None

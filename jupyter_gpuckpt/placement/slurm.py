@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -41,6 +42,9 @@ _START_POLL = 0.25
 """Seconds between looks at a starting job (its state, its connection file)."""
 HEARTBEAT_SECONDS = 2.0
 """How long a kernel on a node Slurm no longer hears from may take to answer its heartbeat."""
+_NOT_INHERITED = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "CUDA_VISIBLE_DEVICES")
+"""The server's own allocation (when it runs inside one) and GPUs are not the kernel job's
+(``SLURM_CONF``, which says which cluster, is kept)."""
 _CAUSES = {"PREEMPTED": "preemption", "NODE_FAIL": "node failure", "TIMEOUT": "its time limit",
            "BOOT_FAIL": "node failure", "OUT_OF_MEMORY": "running out of memory"}
 
@@ -117,7 +121,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
 
     @property
     def has_process(self) -> bool:
-        return self.suspended or self.job_id is not None
+        return self.suspended or self.starting or self.start_error is not None or self.job_id is not None
 
     # -- launch ------------------------------------------------------------------------
 
@@ -142,24 +146,29 @@ class SlurmPlacement(GPUCheckpointProvisioner):
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         self._cmd, self._cwd = cmd, kwargs.get("cwd")
-        self._env = {**kwargs["env"], TAG: self.kernel_id, STORE: str(self._store),
+        inherited = {k: v for k, v in kwargs["env"].items() if k == "SLURM_CONF" or not k.startswith(_NOT_INHERITED)}
+        self._env = {**inherited, TAG: self.kernel_id, STORE: str(self._store),
                      KERNELSPEC: str(getattr(self.parent, "kernel_name", "") or "")}
         if self.suspended:  # registered again after a server restart: stays suspended
             return self.connection_info
+        self.start_error = None
         try:
             if self._adopt is not None:
-                return self._take_over(self._adopt)
+                return await self._take_over(self._adopt)
             return await self._start_job(GPUNeeds())
         except PlacementError as e:
+            self.start_error = str(e)
             raise StartFailed(e) from e
 
-    def _take_over(self, info: dict[str, Any]) -> dict[str, Any]:
+    async def _take_over(self, info: dict[str, Any]) -> dict[str, Any]:
         """Follow a job that outlived a server restart, from its ledger entry."""
         self.job_id, self.node, self.run = str(info["job_id"]), info.get("node"), int(info["run"])
         slurm.JobQueue.instance().track(self.job_id)
         reported = self.files.reported()
-        if reported is None:
-            raise PlacementError(f"job {self.job_id}'s connection file is gone; the kernel cannot be reached")
+        if reported is None:  # unreachable: end it rather than leave it holding its GPUs
+            await slurm.cancel(self.job_id)
+            raise PlacementError(f"job {self.job_id}'s connection file is gone; the kernel cannot be reached, "
+                                 "so the job was cancelled")
         self.connection_info = reported  # type: ignore[assignment]
         return reported
 
@@ -203,11 +212,12 @@ class SlurmPlacement(GPUCheckpointProvisioner):
                               f"{needs.most_bytes / 2**30:.1f} GiB on one GPU"
                               + (f" of model {needs.models[0]}" if self.same_gpu_model and needs.models else "")
                               + f"; known kinds: {', '.join(str(k.get('model')) for k in self.gpu_kinds)}")
-        gres = {str(k["gres"]) for k in fits if k.get("gres")}
-        if len(gres) == 1 and len(fits) == 1:
-            return gres.pop(), ""
         features = [str(k["feature"]) for k in fits if k.get("feature")]
-        return "", "|".join(features)
+        if features:
+            return "", "|".join(features)
+        # GRES types cannot be OR-ed in one request: the smallest kind that fits
+        smallest = min((k for k in fits if k.get("gres")), key=lambda k: int(k.get("memory", 0)), default=None)
+        return (str(smallest["gres"]) if smallest else ""), ""
 
     async def _start_job(self, needs: GPUNeeds) -> dict[str, Any]:
         """Submit a job for the kernel and wait until it reports its ports; the new
@@ -217,6 +227,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         run, files = self.run, self._prepare_files()
         files.write_connection(dict(self.connection_info))
         files.write_script(self.kernel_id, self._cmd)
+        files.exit_note(run).unlink(missing_ok=True)  # a note of an earlier server's run of that number
         env = {**self._env, ON_TERM: str(files.exit_note(run))}
         self.waiting = "waiting for a GPU: submitting the job to Slurm"
         job_id = await slurm.submit(str(files.script), self._sbatch_args(needs), env)
@@ -224,9 +235,12 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         try:
             info = await self._until_reported(job_id, run)
         except BaseException:
-            await self._end_job()
+            try:
+                await self._end_job()
+                await self._until_ended(job_id)
+            except Exception as cleanup:
+                self.log.error("gpuckpt: job %s could not be cancelled: %s", job_id, cleanup)
             self.job_id = None
-            await self._until_ended(job_id)
             raise
         finally:
             self.waiting = None
@@ -254,12 +268,15 @@ class SlurmPlacement(GPUCheckpointProvisioner):
                                      + (f": {tail}" if tail else ""))
             else:
                 self.node = job.node or self.node
-                self.waiting = f"starting: job {job_id} runs on {job.node}, waiting for the kernel to report"
-                running_since = running_since or time.monotonic()
+                self.waiting = f"starting: job {job_id} {job.state.lower()} on {job.node}, waiting for the kernel"
+                if job.state == "RUNNING":  # not CONFIGURING (a node booting)
+                    running_since = running_since or time.monotonic()
+                else:
+                    running_since = None
                 reported = files.reported()
                 if reported is not None:
                     return reported
-                if time.monotonic() - running_since > self.start_timeout:
+                if running_since is not None and time.monotonic() - running_since > self.start_timeout:
                     raise PlacementError(f"job {job_id} runs on node {job.node}, but its kernel did not report "
                                          f"back within {self.start_timeout:.0f} s (SlurmPlacement.start_timeout); "
                                          f"see {files.output(job_id)}")
@@ -268,7 +285,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     # -- state -------------------------------------------------------------------------
 
     async def poll(self) -> int | None:
-        if self.suspended or self.starting:
+        if self.suspended or self.starting or self.start_error is not None:
             return None
         if self.job_id is None:
             return 0
@@ -299,8 +316,8 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     def _why_ended(self, job: slurm.Job) -> Departure:
         note = self.files.read_exit_note(self.run) or {}
         cause = _CAUSES.get(job.state) or ("preemption" if note else "the job ended")
-        return Departure(cause, self.node, note.get("checkpoint_id"), note.get("interrupted_cell"),
-                         note.get("error"))
+        return Departure(cause, self.node, note.get("checkpoint_id"), note.get("last_cell"),
+                         note.get("interrupted_cell"), note.get("error"))
 
     def departure(self) -> Departure | None:
         gone, self._departure = self._departure, None
@@ -309,7 +326,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     async def running(self) -> bool:
         if self.job_id is None:
             return False
-        return not (await slurm.JobQueue.instance().job(self.job_id, _START_POLL)).ended
+        return not (await slurm.JobQueue.instance().job(self.job_id, self.poll_interval)).ended
 
     def lost(self) -> bool:
         if self.suspended or self.starting or self.job_id is None:
@@ -327,6 +344,10 @@ class SlurmPlacement(GPUCheckpointProvisioner):
 
     # -- signals and ending ------------------------------------------------------------
 
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        """Long enough for the job state, read every ``poll_interval``, to show the end."""
+        return recommended + 2 * self.poll_interval
+
     async def send_signal(self, signum: int) -> None:
         if signum and self.job_id is not None and not self.suspended:
             await slurm.cancel(self.job_id, signal.Signals(signum).name.removeprefix("SIG"))
@@ -338,11 +359,12 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         await self._end_job()
 
     async def _end_job(self) -> None:
-        """End the kernel now: SIGKILL to its steps first (a SIGTERM would make it take a
-        checkpoint of its own), then cancel the job, whose GRES Slurm then frees."""
+        """Cancel the job (Slurm then frees its GRES). The exit note is written first, so the
+        kernel, seeing that the server ended it, exits on Slurm's SIGTERM without taking a
+        checkpoint of its own."""
         if self.job_id is None or self._detached:
             return
-        await slurm.cancel(self.job_id, "KILL")
+        self.files.write_exit_note(self.run, {"reason": "ended by the server"})
         await slurm.cancel(self.job_id)
 
     async def shutdown_requested(self, restart: bool = False) -> None:
@@ -357,8 +379,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             slurm.JobQueue.instance().forget(self.job_id)
         self.job_id = None
         if not restart and not self.suspended:
-            for path in sorted(self.files.folder.glob("*")):
-                path.unlink(missing_ok=True)
+            shutil.rmtree(self.files.folder, ignore_errors=True)
 
     def detach(self) -> None:
         self._detached = True

@@ -21,8 +21,10 @@ ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL
          "PREEMPTED", "TIMEOUT", "REVOKED", "SPECIAL_EXIT", "GONE"}
 """Job states after which the job's kernel no longer runs (GONE: Slurm forgot the job)."""
 UNPLACEABLE = ("PartitionConfig", "BadConstraints", "PartitionNodeLimit", "PartitionTimeLimit", "InvalidQOS",
-               "InvalidAccount", "ReqNodeNotAvail", "PartitionDown", "PartitionInactive", "Unschedulable")
-"""Pending reasons that mean no node can take the job as it is asked for: refused at once."""
+               "InvalidAccount", "Unschedulable")
+"""Pending reasons that mean no node can ever take the job as it is asked for: refused at once.
+(Temporary ones, such as ``ReqNodeNotAvail`` for a reservation or ``PartitionDown``, wait, up
+to ``queue_timeout``.)"""
 
 
 class SlurmCommandError(PlacementError):
@@ -47,7 +49,7 @@ class Job:
     def node_unresponsive(self) -> bool:
         """Slurm has stopped hearing from the job's node (``*`` in sinfo: NOT_RESPONDING, or
         DOWN), which it will declare dead after ``SlurmdTimeout``."""
-        return self.state == "RUNNING" and (self.node_state.endswith("*") or self.node_state.startswith("down"))
+        return self.state == "RUNNING" and ("*" in self.node_state or self.node_state.startswith("down"))
 
 
 async def run(*argv: str, env: dict[str, str] | None = None, timeout: float = COMMAND_TIMEOUT) -> str:
@@ -95,19 +97,6 @@ async def cancel(job_id: str, signal: str | None = None) -> None:
             raise
 
 
-async def node_address(node: str) -> str | None:
-    """The address Slurm reaches ``node`` at (its ``NodeAddr``)."""
-    for field in (await run("scontrol", "show", "node", "-o", node)).split():
-        if field.startswith("NodeAddr="):
-            return field.partition("=")[2]
-    return None
-
-
-async def partitions() -> list[str]:
-    """The cluster's partitions, by name."""
-    return sorted({p.strip().rstrip("*") for p in (await run("sinfo", "-h", "-o", "%P")).split() if p.strip()})
-
-
 class JobQueue:
     """Job states of this server's Slurm kernels, from one rate-limited ``squeue``."""
 
@@ -147,8 +136,8 @@ class JobQueue:
     async def _read(self) -> None:
         ids = sorted(self.tracked)
         # All of this user's jobs, not `-j IDS`: squeue fails as a whole when one id is gone.
-        out = await run("squeue", "-h", "--states=all", "-o", "%i|%T|%r|%N", "-u", getpass.getuser())
-        nodes = dict(line.split("|", 1) for line in (await run("sinfo", "-h", "-N", "-o", "%N|%t")).splitlines()
+        out = await run("squeue", "-a", "-h", "--states=all", "-o", "%i|%T|%r|%N", "-u", getpass.getuser())
+        nodes = dict(line.split("|", 1) for line in (await run("sinfo", "-a", "-h", "-N", "-o", "%N|%t")).splitlines()
                      if "|" in line)
         seen = {}
         for line in out.splitlines():

@@ -80,13 +80,15 @@ class JobFiles:
         (``NodeAddr``), which it writes into the connection file before the kernel starts
         (ipykernel binds the file's address, whatever its ``--ip``)."""
         command = " ".join(shlex.quote(a) for a in argv)
-        set_ip = ('import json, sys; path, addr = sys.argv[1:]; info = json.load(open(path)); '
-                  'info["ip"] = addr; open(path, "w").write(json.dumps(info))')
+        # an IP address: ZeroMQ binds no host names (NodeAddr is often one)
+        set_ip = ('import json, socket, sys; path, addr = sys.argv[1:]; info = json.load(open(path)); '
+                  'info["ip"] = socket.gethostbyname(addr or socket.gethostname()); '
+                  'open(path, "w").write(json.dumps(info))')
         _write_private(self.script, "\n".join([
             "#!/bin/bash",
             f"# jupyter-gpuckpt kernel {kernel_id}: written by the Jupyter server (SlurmPlacement)",
             'addr=$(scontrol show node "$SLURMD_NODENAME" -o 2>/dev/null | tr " " "\\n" | sed -n "s/^NodeAddr=//p")',
-            f'{shlex.quote(argv[0])} -c {shlex.quote(set_ip)} {shlex.quote(str(self.connection))} "${{addr:-0.0.0.0}}"',
+            f'{shlex.quote(argv[0])} -c {shlex.quote(set_ip)} {shlex.quote(str(self.connection))} "$addr" || exit 1',
             f"exec srun --ntasks=1 --kill-on-bad-exit=1 {command}",
             "",
         ]), 0o700)
@@ -98,6 +100,11 @@ class JobFiles:
         except (OSError, ValueError):
             return None
         return note if isinstance(note, dict) else None
+
+    def write_exit_note(self, run: int, note: dict[str, Any]) -> None:
+        """Say why run ``run`` ends, unless the kernel already has (its note is kept)."""
+        if not self.exit_note(run).exists():
+            _write_private(self.exit_note(run), json.dumps(note))
 
     def output_tail(self, job_id: str, lines: int = 5) -> str:
         try:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import zmq
+import zmq.asyncio
 from traitlets import Bool, Dict, Float, Int, List, Unicode
 
 from gpuckpt_store import CheckpointError, CheckpointStore, default_root
@@ -290,11 +291,14 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         if self.job_id is None:
             return 0
         job = await slurm.JobQueue.instance().job(self.job_id, self.poll_interval)
-        if job.node_unresponsive and not await self._heartbeat():
-            # Slurm no longer hears the node and the kernel does not answer either: the node
-            # is as good as dead (Slurm declares it so after SlurmdTimeout). The job is
+        if job.suspect and not await self._heartbeat():
+            # Completing, or Slurm no longer hears the node, and the kernel does not answer
+            # either: it is gone (Slurm says so only after SlurmdTimeout). The job is
             # cancelled, so that Slurm ends it should the node come back.
-            self._departure = Departure("node failure", self.node, error=None)
+            if self._departure is None:
+                note = self.files.read_exit_note(self.run)
+                self._departure = (self._why_ended(job) if note and note.get("checkpoint_id")
+                                   else Departure("node failure", self.node))
             await slurm.cancel(self.job_id)
             return 1
         if not job.ended:
@@ -304,14 +308,19 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         return 1
 
     async def _heartbeat(self) -> bool:
-        """Whether the kernel answers a heartbeat within ``HEARTBEAT_SECONDS``."""
+        """Whether the kernel answers a ping on its heartbeat channel within ``HEARTBEAT_SECONDS``."""
         km: Any = self.parent
-        socket = km.connect_hb()
+        socket = zmq.asyncio.Context.instance().socket(zmq.REQ)
+        socket.linger = 0
+        if km.curve_publickey is not None:
+            socket.curve_secretkey, socket.curve_publickey = km.curve_secretkey, km.curve_publickey
+            socket.curve_serverkey = km.curve_publickey
         try:
+            socket.connect(f"tcp://{km.ip}:{km.hb_port}")
             await socket.send(b"ping")
             return bool(await socket.poll(HEARTBEAT_SECONDS * 1000))
         finally:
-            socket.close(linger=0)
+            socket.close()
 
     def _why_ended(self, job: slurm.Job) -> Departure:
         note = self.files.read_exit_note(self.run) or {}
@@ -349,8 +358,12 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         return recommended + 2 * self.poll_interval
 
     async def send_signal(self, signum: int) -> None:
-        if signum and self.job_id is not None and not self.suspended:
-            await slurm.cancel(self.job_id, signal.Signals(signum).name.removeprefix("SIG"))
+        if not signum or self.job_id is None or self.suspended:
+            return
+        job = slurm.JobQueue.instance().cached(self.job_id)
+        if job is not None and (job.ended or job.suspect):
+            return  # a signal goes to the node's slurmd, which may not answer: nothing to interrupt
+        await slurm.cancel(self.job_id, signal.Signals(signum).name.removeprefix("SIG"))
 
     async def kill(self, restart: bool = False) -> None:
         await self._end_job()

@@ -46,10 +46,12 @@ class Job:
         return self.state in ENDED
 
     @property
-    def node_unresponsive(self) -> bool:
-        """Slurm has stopped hearing from the job's node (``*`` in sinfo: NOT_RESPONDING, or
-        DOWN), which it will declare dead after ``SlurmdTimeout``."""
-        return self.state == "RUNNING" and ("*" in self.node_state or self.node_state.startswith("down"))
+    def suspect(self) -> bool:
+        """The job may be gone though Slurm does not say so yet: it is completing, or Slurm
+        has stopped hearing from its node (``*`` in sinfo: NOT_RESPONDING; Slurm declares the
+        node dead only after ``SlurmdTimeout``)."""
+        unheard = "*" in self.node_state or self.node_state.startswith("down")
+        return self.state == "COMPLETING" or (self.state == "RUNNING" and unheard)
 
 
 async def run(*argv: str, env: dict[str, str] | None = None, timeout: float = COMMAND_TIMEOUT) -> str:

@@ -93,7 +93,7 @@ start_munge() {
 # node3's network: veth pair host 127.2.0.1/24 <-> namespace 127.2.0.2/24. 127/8 addresses off the
 # loopback device are dropped as martians unless route_localnet=1 (on both ends).
 netns_up() {
-    ip netns del "$NS" 2>/dev/null || true
+    netns_down
     ip netns add "$NS"
     ip link add "$VETH_HOST" type veth peer name "$VETH_NS" netns "$NS"
     sysctl -qw "net.ipv4.conf.$VETH_HOST.route_localnet=1"
@@ -106,7 +106,13 @@ netns_up() {
     ip -n "$NS" link set "$VETH_NS" up
 }
 
-netns_down() { ip netns del "$NS" 2>/dev/null || true; }   # also removes the veth pair
+# Deleting a namespace frees its end of the veth pair later, in the kernel's own time: delete the
+# pair from the host's end, and wait until it is gone, so that a start right after a stop works.
+netns_down() {
+    ip netns del "$NS" 2>/dev/null || true
+    ip link del "$VETH_HOST" 2>/dev/null || true
+    for _ in $(seq 50); do ip link show "$VETH_HOST" >/dev/null 2>&1 || return 0; sleep 0.1; done
+}
 
 start_slurmd() {            # $1 = node name
     local n=$1 pid

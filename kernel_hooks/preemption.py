@@ -42,6 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import IPython
 from IPython.core.interactiveshell import InteractiveShell
 
 from gpuckpt_store import CheckpointStore
@@ -109,6 +110,9 @@ class _Preemption:
         self.interrupted = False
         self.interrupted_cell: int | None = None
         self.finishing = False
+        self.ahead = 1 if IPython.version_info[0] >= 9 else 0
+        """How far ``execution_count`` is ahead of the running cell's number at pre_run_cell
+        (IPython 9 counts the cell before it runs, 8 after); learnt from each cell's result."""
 
     def pre_run_cell(self, info: Any) -> None:
         if threading.current_thread() is threading.main_thread():  # a subshell's cell cannot be interrupted
@@ -119,9 +123,18 @@ class _Preemption:
             return
         # An empty cell ends without having started: its info was never pushed.
         if self.cells and (result is None or self.cells[-1][0] is result.info):
-            self.cells.pop()
+            _, counted = self.cells.pop()
+            number = getattr(result, "execution_count", None)
+            if counted is not None and isinstance(number, int):
+                self.ahead = counted - number
+                if self.interrupted and not self.cells:  # the interrupted cell's own number
+                    self.interrupted_cell = number
         if self.interrupted:
             self._finish_soon()
+
+    def _number(self, counted: int | None) -> int | None:
+        """A running cell's number, from ``execution_count`` as pre_run_cell saw it."""
+        return None if counted is None else counted - self.ahead
 
     def _finish_soon(self) -> None:
         """Finish from the event loop: after the interrupted cell's reply has gone out (the
@@ -140,7 +153,7 @@ class _Preemption:
             self.signal_at = time.time()
         if self.cells and _in_cell_code(frame):
             self.interrupted = True
-            self.interrupted_cell = self.cells[0][1]
+            self.interrupted_cell = self._number(self.cells[0][1])
             raise KernelTerminated("the kernel was asked to stop (SIGTERM): it saves a checkpoint and exits")
         if self.cells:
             threading.Timer(RETRY_SECONDS, os.kill, (os.getpid(), signal.SIGTERM)).start()
@@ -153,7 +166,7 @@ class _Preemption:
         self.finishing = True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         # Not interrupted: a top-level-await cell may still be waiting; it ends here.
-        cell = self.interrupted_cell if self.interrupted else (self.cells[0][1] if self.cells else None)
+        cell = self.interrupted_cell if self.interrupted else (self._number(self.cells[0][1]) if self.cells else None)
         checkpoint_id = last_cell = error = None
         try:
             saved = save_checkpoint(self.shell, CheckpointStore(self.store), kernel_id=self.kernel_id,

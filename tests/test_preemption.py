@@ -84,8 +84,7 @@ def iopub_for(kernel: Kernel, msg_id: str, until: str | None = None, timeout: fl
 def test_sigterm_idle_kernel_checkpoints_and_exits(kernels: KernelFactory, tmp_path: Path) -> None:
     note = tmp_path / "exit-note.json"
     kernel = start_armed(kernels, note)
-    kernel.ok("a = 41\nwords = ['x', 'y']")
-    last = kernel.value("get_ipython().execution_count")  # this cell's own number
+    last = kernel.client.execute_interactive("a = 41\nwords = ['x', 'y']", timeout=60)["content"]["execution_count"]
 
     status, seconds = terminate(kernel, note)
     content = read_note(note, seconds, "idle kernel")

@@ -381,6 +381,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         await slurm.cancel(self.job_id)
 
     async def shutdown_requested(self, restart: bool = False) -> None:
+        self.start_error = None  # a kernel that failed to start again ends at once
         if self.suspended and not restart:
             self.suspended = False
 

@@ -339,6 +339,20 @@ def cut(t0: float, points: list[tuple[str, str, float]]) -> list[Step]:
     return steps
 
 
+def job_start(submitted: str, job: str, first: dict[str, float], marks: dict[str, float], last: str,
+              replied_at: float) -> list[tuple[str, str, float]]:
+    """The points of a job starting a kernel: ``submitted`` (our part until squeue lists
+    the job), Slurm's scheduling and launch, the kernel's start, and ``last`` until the cell
+    answered."""
+    return [
+        (submitted, OURS, first[f"job {job} seen"]),
+        ("queued until RUNNING (Slurm's scheduling)", SLURM, first[f"job {job} RUNNING"]),
+        ("job launch: batch script, srun step, until the kernel process starts", SLURM, marks["process_start"]),
+        ("kernel start: Python, ipykernel, the hooks, until ready", KERNEL, marks["ready"]),
+        (last, OURS, replied_at),
+    ]
+
+
 def split_restore(steps: list[Step], restore: float, label: str) -> list[Step]:
     """Cut the kernel's own restore time out of the last step (ours either way)."""
     last = steps[-1]
@@ -441,14 +455,8 @@ class Bench:
                 cell = await notebook.ok("print(6 * 7)")
             [job] = watch.jobs_of(kernel_id)
             marks = await self.wait_marks(job)
-            steps = cut(t0, [
-                ("submit: our sbatch call, until squeue lists the job", OURS, watch.first[f"job {job} seen"]),
-                ("queued until RUNNING (Slurm's scheduling)", SLURM, watch.first[f"job {job} RUNNING"]),
-                ("job launch: batch script, srun step, until the kernel process starts", SLURM,
-                 marks["process_start"]),
-                ("kernel start: Python, ipykernel, the hooks, until ready", KERNEL, marks["ready"]),
-                ("ours: see the ports, connect, websocket, the cell", OURS, cell.replied_at),
-            ])
+            steps = cut(t0, job_start("submit: our sbatch call, until squeue lists the job", job, watch.first, marks,
+                                      "ours: see the ports, connect, websocket, the cell", cell.replied_at))
             return Run(steps, {"POST /api/kernels answered": posted - t0},
                        {"slowest poll s": watch.slowest, "poll errors": watch.errors})
         finally:
@@ -489,15 +497,8 @@ class Bench:
             model = await self.client.model(kernel_id)
             new = model["job_id"]
             marks = await self.wait_marks(new)
-            steps = cut(t0, [
-                ("submit: read the manifest, our sbatch call, until squeue lists the job", OURS,
-                 watch.first[f"job {new} seen"]),
-                ("queued until RUNNING (Slurm's scheduling)", SLURM, watch.first[f"job {new} RUNNING"]),
-                ("job launch: batch script, srun step, until the kernel process starts", SLURM,
-                 marks["process_start"]),
-                ("kernel start: Python, ipykernel, the hooks, until ready", KERNEL, marks["ready"]),
-                ("", OURS, cell.replied_at),
-            ])
+            steps = cut(t0, job_start("submit: read the manifest, our sbatch call, until squeue lists the job", new,
+                                      watch.first, marks, "", cell.replied_at))
             steps = split_restore(steps, model["report"]["seconds"], "ours: connect, calls, the answer, the cell")
             out["resume"] = Run(steps, {"REST answered": resumed - t0, "cached share of the checkpoint": resident},
                                 {"node": model["node"], "slowest poll s": watch.slowest, "poll errors": watch.errors})
@@ -537,13 +538,8 @@ class Bench:
                 ("our checkpoint, durable (signal_at to saved_at)", OURS, note["saved_at"]),
                 ("the job ends in squeue (our 0.1 s output flush, then Slurm)", SLURM,
                  watch.first[f"job {job} ended"]),
-                ("the server notices, our sbatch call, until squeue lists the new job", OURS,
-                 watch.first[f"job {new} seen"]),
-                ("queued until RUNNING (Slurm's scheduling)", SLURM, watch.first[f"job {new} RUNNING"]),
-                ("job launch: batch script, srun step, until the kernel process starts", SLURM,
-                 marks["process_start"]),
-                ("kernel start: Python, ipykernel, the hooks, until ready", KERNEL, marks["ready"]),
-                ("", OURS, cell.replied_at),
+                *job_start("the server notices, our sbatch call, until squeue lists the new job", new, watch.first,
+                           marks, "", cell.replied_at),
             ])
             steps = split_restore(steps, model["report"]["seconds"], "ours: connect, calls, the held cell")
             moved = f"moved from {node} to {other} after preemption"
@@ -584,13 +580,8 @@ class Bench:
             ended = watch.first[f"job {job} ended"]
             steps = cut(t0, [
                 ("Slurm's detection: node killed until squeue shows the job ended", SLURM, ended),
-                ("the server notices, our sbatch call, until squeue lists the new job", OURS,
-                 watch.first[f"job {new} seen"]),
-                ("queued until RUNNING (Slurm's scheduling)", SLURM, watch.first[f"job {new} RUNNING"]),
-                ("job launch: batch script, srun step, until the kernel process starts", SLURM,
-                 marks["process_start"]),
-                ("kernel start: Python, ipykernel, the hooks, until ready", KERNEL, marks["ready"]),
-                ("", OURS, cell.replied_at),
+                *job_start("the server notices, our sbatch call, until squeue lists the new job", new, watch.first,
+                           marks, "", cell.replied_at),
             ])
             steps = split_restore(steps, model["report"]["seconds"], "ours: connect, calls, the held cell")
             info = {"checkpoint before the kill (REST)": checkpoint, "testbed kill-node": killed - t0,

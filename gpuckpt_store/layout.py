@@ -28,9 +28,14 @@ _SHOWN = 60
 """Characters of a bad name repeated in an error message."""
 
 
+STORE_ENV = "JUPYTER_GPUCKPT_STORE"
+"""The store root, when set: for ``%gpuckpt`` in a kernel, and for a Slurm kernel, whose
+server sets it to its own store."""
+
+
 def default_root() -> Path:
     """``$JUPYTER_GPUCKPT_STORE``, else ``<jupyter data dir>/gpuckpt/store``."""
-    env = os.environ.get("JUPYTER_GPUCKPT_STORE")
+    env = os.environ.get(STORE_ENV)
     return Path(env) if env else Path(jupyter_data_dir()) / "gpuckpt" / "store"
 
 

@@ -2,7 +2,7 @@
 
 Slurm starts a preempted job's grace time with SIGTERM and ends it with SIGKILL. A kernel
 whose environment names an exit-note file in :data:`ON_TERM` (the server sets it for Slurm
-kernels, with :data:`STORE`, :data:`KERNEL` and optionally :data:`KERNELSPEC`) uses that time
+kernels, with ``$JUPYTER_GPUCKPT_STORE``, :data:`KERNEL` and optionally :data:`KERNELSPEC`) uses that time
 to checkpoint itself, writes the note (:func:`write_note`) and exits with status 0 (1 if the
 note cannot be written, which then goes to stderr). Without the variable :func:`arm` does
 nothing and SIGTERM ends the kernel as before.
@@ -45,15 +45,13 @@ from typing import Any
 import IPython
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpuckpt_store import CheckpointStore
+from gpuckpt_store import STORE_ENV, CheckpointStore
 
 from .report import error_text
 from .saving import save_checkpoint
 
 ON_TERM = "JUPYTER_GPUCKPT_ON_TERM"
 """Path of the exit-note file; arms the SIGTERM handler."""
-STORE = "JUPYTER_GPUCKPT_STORE"
-"""Store root to save into (:class:`CheckpointStore`'s default reads it too)."""
 KERNEL = "JUPYTER_GPUCKPT_KERNEL"
 """The server's kernel id, recorded in the checkpoint."""
 KERNELSPEC = "JUPYTER_GPUCKPT_KERNELSPEC"
@@ -100,7 +98,7 @@ class _Preemption:
     def __init__(self, shell: Any, note: Path) -> None:
         self.shell = shell
         self.note = note
-        self.store = os.environ.get(STORE) or None
+        self.store = os.environ.get(STORE_ENV) or None
         self.kernel_id = os.environ.get(KERNEL) or None
         self.kernelspec = os.environ.get(KERNELSPEC) or None
         self.cells: list[tuple[Any, int | None]] = []

@@ -26,7 +26,7 @@ import zmq
 import zmq.asyncio
 from traitlets import Bool, Dict, Float, Int, List, Unicode
 
-from gpuckpt_store import CheckpointError, CheckpointStore, default_root
+from gpuckpt_store import STORE_ENV, CheckpointError, CheckpointStore, default_root
 
 from ..errors import PlacementError, Unplaceable
 from ..gpus import GPU
@@ -35,9 +35,9 @@ from . import slurm_commands as slurm
 from .contract import ADOPT, START_SUSPENDED, Departure, GPUCheckpointProvisioner, GPUNeeds, Location, StartFailed
 from .slurm_files import JobFiles
 
+# as kernel_hooks.preemption reads them (the server does not import the kernel side)
 ON_TERM = "JUPYTER_GPUCKPT_ON_TERM"
 """Tells the kernel where to write its exit note after checkpointing on SIGTERM."""
-STORE = "JUPYTER_GPUCKPT_STORE"
 KERNELSPEC = "JUPYTER_GPUCKPT_KERNELSPEC"
 _START_POLL = 0.25
 """Seconds between looks at a starting job (its state, its connection file)."""
@@ -148,7 +148,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         self._cmd, self._cwd = cmd, kwargs.get("cwd")
         inherited = {k: v for k, v in kwargs["env"].items() if k == "SLURM_CONF" or not k.startswith(_NOT_INHERITED)}
-        self._env = {**inherited, TAG: self.kernel_id, STORE: str(self._store),
+        self._env = {**inherited, TAG: self.kernel_id, STORE_ENV: str(self._store),
                      KERNELSPEC: str(getattr(self.parent, "kernel_name", "") or "")}
         if self.suspended:  # registered again after a server restart: stays suspended
             return self.connection_info

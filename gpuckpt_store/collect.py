@@ -175,7 +175,13 @@ def collect_leftovers(store: CheckpointStore) -> None:
             continue
         for entry in entries:
             m = _TMP_RE.fullmatch(entry.name)
-            if not m or _writer_alive(m["host"], int(m["pid"]), entry.stat(follow_symlinks=False).st_mtime, now):
+            if not m:
+                continue
+            try:  # a live writer may publish (rename) its file between the listing and here
+                mtime = entry.stat(follow_symlinks=False).st_mtime
+            except FileNotFoundError:
+                continue
+            if _writer_alive(m["host"], int(m["pid"]), mtime, now):
                 continue
             if entry.is_dir(follow_symlinks=False):
                 shutil.rmtree(entry.path, ignore_errors=True)

@@ -115,6 +115,19 @@ def test_the_next_save_collects_what_a_dead_save_left(tmp_path: Path) -> None:
     assert list(store.writers_dir.iterdir()) == []
 
 
+def test_a_temporary_file_published_while_leftovers_are_listed_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _store(tmp_path)
+    temporary = store.blobs_dir / f".tmp-{os.uname().nodename}-{os.getpid()}-0a1b2c"
+    temporary.write_bytes(b"a pack")
+    listed = list(os.scandir(store.blobs_dir))
+    temporary.rename(store.blobs_dir / ("ab" * 32))  # its live writer publishes it after the listing
+    monkeypatch.setattr("gpuckpt_store.collect.os.scandir", lambda folder: iter(listed))
+    collect_leftovers(store)
+    assert _blobs(store) == {"ab" * 32}
+
+
 def test_ids_are_ascii_and_bad_ones_are_not_repeated_whole(tmp_path: Path) -> None:
     store = _store(tmp_path)
     for bad in ("２０２４０１０１-０００００００-deadbeef", "٢٠٢٤٠١٠١-٠٠٠٠٠٠-deadbeef", "x" * 5000):

@@ -8,6 +8,7 @@ holds only what the cells made. Sizes scale linearly with ``scale`` (1.0 is the 
 
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,9 @@ from typing import Any
 CHANGED_FRACTION = 0.01
 ARRAYS = 20
 LAYER_WIDTH = 2048
-DF_BYTES_PER_ROW = 112  # memory_usage(deep=True) of one row of the frame below
+DF_BYTES_PER_ROW = {"arrow": 86, "python": 194}
+"""``memory_usage(deep=True)`` of one row of (d)'s frame, by where pandas keeps its ``str``
+columns (see :func:`string_storage`)."""
 NOTEBOOK_SECONDS = 60.0
 
 
@@ -71,6 +74,7 @@ lookup = {{f"key-{{i:07d}}": {{"id": i, "label": f"label {{i % 1000}}", "weight"
 BUILD_D = """\
 _rng = np.random.default_rng(0)
 _n = {rows}
+_words = ["alpha", "beta", "gamma", "delta", "épsilon", "ζeta", "eta", "theta"]
 df = pd.DataFrame({{
     "id": np.arange(_n, dtype=np.int64), "price": _rng.random(_n) * 100,
     "score": _rng.standard_normal(_n), "ratio": _rng.random(_n).astype(np.float32),
@@ -78,8 +82,9 @@ df = pd.DataFrame({{
     "when": pd.Timestamp("2024-01-01") + pd.to_timedelta(_rng.integers(0, 86400 * 365, _n), unit="s"),
     "city": pd.Categorical.from_codes(_rng.integers(0, 50, _n), [f"city-{{i:02d}}" for i in range(50)]),
     "name": [f"user-{{i:08d}}" for i in range(_n)],
+    "note": [None if i % 10 == 0 else f"{{_words[i % 8]}} {{_words[i * 7 % 8]}} #{{i % 9973}}" for i in range(_n)],
 }})
-del _rng, _n
+del _rng, _n, _words
 """
 
 MLP_CLASS = """\
@@ -122,13 +127,20 @@ curve = pd.DataFrame({{"step": range(len(history)), "loss": history}})
 """)
 
 
+def string_storage() -> str:
+    """Where pandas 3 keeps (d)'s ``str`` columns: in Arrow arrays where pyarrow is
+    installed (which our save hands out of band buffer by buffer), else in object arrays
+    of Python strings (packed into runs)."""
+    return "arrow" if importlib.util.find_spec("pyarrow") is not None else "python"
+
+
 def build(scale: float, notebook_steps: int = 0, device: str = "cpu") -> dict[str, Workload]:
     """The five workloads at ``scale`` (``notebook_steps`` from :data:`CALIBRATE`), (b)'s
     model and optimizer on torch ``device``."""
     length = max(1, int(2e9 * scale / 8 / ARRAYS))
     layers = max(1, round(250e6 * scale / (LAYER_WIDTH * (LAYER_WIDTH + 1))))
     objects = max(100, int(100_000 * scale))
-    rows = max(1000, int(1e9 * scale / DF_BYTES_PER_ROW))
+    rows = max(1000, int(1e9 * scale / DF_BYTES_PER_ROW[string_storage()]))
     samples = max(10_000, int(2_000_000 * scale))
     params = layers * LAYER_WIDTH * (LAYER_WIDTH + 1)
     return {w.key: w for w in (
@@ -142,7 +154,8 @@ def build(scale: float, notebook_steps: int = 0, device: str = "cpu") -> dict[st
         Workload("c", f"objects: {objects:,} dataclass instances + {objects:,} dicts", "import dataclasses",
                  (BUILD_C.format(n=objects),), ("Record", "records", "lookup"), (),
                  definitions="import dataclasses\n" + RECORD_CLASS),
-        Workload("d", f"pandas: {rows:,} rows x 9 mixed columns", "import numpy as np\nimport pandas as pd",
+        Workload("d", f"pandas: {rows:,} rows x 10 mixed columns ({string_storage()} strings)",
+                 "import numpy as np\nimport pandas as pd",
                  (BUILD_D.format(rows=rows),), ("df",), ("numpy", "pandas")),
         Workload("e", f"notebook: {samples:,} samples, " + (f"{notebook_steps:,} training steps" if notebook_steps
                                                              else "training steps to be calibrated"),
@@ -199,10 +212,11 @@ def fingerprint(key: str, ns: dict[str, Any]) -> dict[str, Any]:
                 "class": dataclasses.is_dataclass(records[0]) and type(records[0]) is ns["Record"]}
     if key == "d":
         df = ns["df"]
-        return {"shape": list(df.shape), "dtypes": [str(t) for t in df.dtypes],
+        return {"shape": list(df.shape), "dtypes": [[str(t), getattr(t, "storage", None)] for t in df.dtypes],
                 **{c: _sample_sum(df[c].to_numpy(), 1) for c in ("id", "price", "score", "ratio", "qty", "flag")},
                 "when": [str(df["when"].min()), str(df["when"].max())],
-                "city": df["city"].cat.codes.to_numpy()[::997].tolist(), "name": df["name"].iloc[::99991].tolist()}
+                "city": df["city"].cat.codes.to_numpy()[::997].tolist(),
+                **{c: _strings_digest(df[c]) for c in ("name", "note")}}
     if key == "e":
         return {**_torch_fingerprint(ns["model"], ns["optimizer"]),
                 "table": [_sample_sum(ns["table"]["x0"].to_numpy(), 1), int(ns["table"]["label"].sum())],
@@ -212,9 +226,22 @@ def fingerprint(key: str, ns: dict[str, Any]) -> dict[str, Any]:
     raise ValueError(key)
 
 
+def _strings_digest(column: Any) -> str:
+    """A digest of every value of a string column, in order: pandas' hash of each value
+    (the same for Arrow and object storage; a missing value gets a hash of its own): 0.6 s
+    for 2.9M strings, against 1.7 s to hash their repr."""
+    import hashlib
+
+    import pandas as pd
+
+    return hashlib.sha256(pd.util.hash_pandas_object(column, index=False).to_numpy().tobytes()).hexdigest()
+
+
 def state_bytes(ns: dict[str, Any], names: tuple[str, ...]) -> int:
     """Memory held by the variables ``names``: every object reachable from them, counted
-    once, numpy data with the arrays owning it and torch storages by address."""
+    once, numpy data with the arrays owning it, torch storages by address, and pyarrow
+    arrays by their own ``sys.getsizeof`` (which counts their buffers, and whose chunks
+    are not shown to the GC)."""
     import gc
     import sys
     import types

@@ -1,6 +1,9 @@
-"""Object arrays of strings (pandas' string columns) are packed into UTF-8 runs and come
-back element for element: the odd ones out (missing values, ``str`` subclasses, NULs,
-lone surrogates) with their own types."""
+"""Object arrays of strings (pandas' object and python-storage string columns) are packed
+into UTF-8 runs and come back element for element: the odd ones out (missing values, ``str``
+subclasses, NULs, lone surrogates) with their own types.
+
+With pyarrow installed, pandas 3's default ``str`` columns are Arrow-backed (see
+test_arrow_columns.py), so the columns here ask for object and python storage by name."""
 
 from __future__ import annotations
 
@@ -24,8 +27,8 @@ grid = np.asfortranarray(np.array(names[:100_000], dtype=object).reshape(400, 25
 frozen = mixed[:50_000].copy()
 frozen.flags.writeable = False
 mostly_ints = np.array(list(range(10_000)) + ["x"] * 100, dtype=object)
-df = pd.DataFrame({"s": [f"row {i}" if i % 1000 else None for i in range(n)],
-                   "t": pd.array([f"t{i % 97}" if i % 777 else pd.NA for i in range(n)], dtype="string")})
+df = pd.DataFrame({"s": pd.Series([f"row {i}" if i % 1000 else None for i in range(n)], dtype=object),
+                   "t": pd.array([f"t{i % 97}" if i % 777 else pd.NA for i in range(n)], dtype="string[python]")})
 del names
 """
 
@@ -34,7 +37,7 @@ DIGEST = ("__import__('hashlib').sha256(repr([(type(x).__name__, x) for x in {}.
           ".encode('utf-8', 'surrogatepass')).hexdigest()")
 ARRAYS = ("mixed", "grid", "frozen", "mostly_ints", "df['s'].to_numpy()", "df['t'].to_numpy()")
 FACTS = ("(grid.shape, grid.flags.f_contiguous, frozen.flags.writeable, str(df['s'].dtype), str(df['t'].dtype),"
-         " int(df['s'].isna().sum()), int(df['t'].isna().sum()), type(mixed[11]).__name__, type(mixed[12]).__name__,"
+         " df['t'].dtype.storage, int(df['s'].isna().sum()), int(df['t'].isna().sum()), type(mixed[11]).__name__, type(mixed[12]).__name__,"
          " mixed[200_000] is pd.NA, mixed[9] is None, mixed[6] == 'lone \\ud800 surrogate', mixed[7])")
 
 SAVE = """print((lambda r: __import__("json").dumps({"id": r.id, "written": r.bytes_written,
@@ -50,6 +53,7 @@ def test_string_arrays_round_trip_element_for_element(kernels):
     saver.ok(BUILD)
     before = _facts(saver)
     assert before[0][-1] == "nul \x00 inside"
+    assert before[0][3:6] == ("object", "string", "python"), "the columns take the packed path, not Arrow's"
     checkpoint = saver.save()
 
     manifest = kernels.manifest(checkpoint)
@@ -80,7 +84,7 @@ REPEATED = """
 import io, numpy as np, pandas as pd
 rows = 200_000
 csv = "city,user\\n" + "".join(f"city-{i % 7},user-{i:07d}\\n" for i in range(rows))
-df = pd.read_csv(io.StringIO(csv))
+df = pd.read_csv(io.StringIO(csv), dtype=object)
 codes = np.array([f"v{i % 3}" for i in range(100_000)], dtype=object)
 codes[[10, 70_000]] = [None, "nul \\x00 here"]
 del csv
@@ -92,8 +96,8 @@ SHARING = ("(len({id(x) for x in df['city'].array._ndarray}), len({id(x) for x i
 
 
 def test_repeated_strings_are_stored_once_and_come_back_shared(kernels):
-    """A column read by ``pd.read_csv`` shares one ``str`` per value: it comes back sharing
-    them (one object per value and run), not as one object per row, and takes less disk."""
+    """A column read by ``pd.read_csv`` as objects shares one ``str`` per value: it comes back
+    sharing them (one object per value and run), not as one object per row, and takes less disk."""
     saver = kernels.start()
     saver.ok(REPEATED)
     before = saver.value(SHARING)

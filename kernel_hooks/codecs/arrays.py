@@ -1,4 +1,4 @@
-"""Array and tensor data out of band of the pickle: numpy, torch, cupy and jax.
+"""Array and tensor data out of band of the pickle: numpy, torch, cupy, jax and pyarrow.
 
 The pickler hands each big buffer to :class:`OutOfBand` as a :class:`Slot` wrapped in a
 ``pickle.PickleBuffer``; protocol 5 then writes only a ``NEXT_BUFFER`` marker into the
@@ -130,6 +130,10 @@ class OutOfBand:
             from . import jax_arrays
 
             table.update(jax_arrays.reducers(self))
+        if "pyarrow" in sys.modules:
+            from . import arrow_arrays
+
+            table.update(arrow_arrays.reducers(self))
         return table
 
 

@@ -42,3 +42,18 @@ class PlacementError(GPUCheckpointError):
 
 class Unplaceable(PlacementError):
     """No node can take the kernel (or its checkpoint): refused at once, not left pending."""
+
+
+class ParkUnsupported(GPUCheckpointError):
+    """CUDA park cannot work for this kernel: no CUDA driver or one older than 570, no
+    cuda-bindings in the kernel's environment, no CUDA in the process, or state the driver
+    cannot checkpoint. Retrying does not help; suspend instead."""
+
+
+class ParkFailed(GPUCheckpointError):
+    """A park, unpark or state query ran and failed. ``state`` is the process's CUDA state
+    after it, where known: ``running`` (it keeps its GPU), ``checkpointed`` (still parked)."""
+
+    def __init__(self, reason: str, state: str | None = None) -> None:
+        super().__init__(reason)
+        self.state = state

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +100,12 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
     server_env = live_server.jupyter_env
     monkeypatch.setattr(live_server, "jupyter_env",
                         lambda base: {**server_env(base), "JUPYTER_GPUCKPT_TEST_GPUS": str(inventory)})
+    # the extension as `jlpm build` left it in this checkout, not a copy installed earlier:
+    # JupyterLab takes the first one it finds, and the user data dir comes first
+    built = Path(__file__).parent.parent / "jupyter_gpuckpt" / "labextension"
+    if (built / "package.json").exists():
+        (tmp_path / "data" / "labextensions").mkdir(parents=True)
+        (tmp_path / "data" / "labextensions" / "jupyter-gpuckpt").symlink_to(built, target_is_directory=True)
     labconfig = tmp_path / "config" / "labconfig"
     labconfig.mkdir(parents=True)
     (labconfig / "page_config.json").write_text(json.dumps(
@@ -191,6 +198,7 @@ def test_suspend_and_resume_by_running_a_cell(lab: Server) -> None:
         kernel_menu = page.locator(".lm-Menu")
         expect(kernel_menu.locator('[data-command="jupyter-gpuckpt:suspend"]')).to_contain_text(
             "Suspend kernel (release GPU)")
+        expect(kernel_menu.locator('[data-command="jupyter-gpuckpt:park"]')).to_contain_text("Park GPU kernel")
         expect(kernel_menu.locator('[data-command="jupyter-gpuckpt:checkpoint"]')).to_be_visible()
         shot("kernel-menu")
         page.keyboard.press("Escape")
@@ -209,6 +217,7 @@ def test_suspend_and_resume_by_running_a_cell(lab: Server) -> None:
         expect(card.locator(".jp-gpuckpt-notebook")).to_have_text("Untitled.ipynb")
         expect(card.locator('button[aria-label="Resume kernel"]')).to_be_enabled()
         expect(card.locator('button[aria-label="Suspend kernel (release GPU)"]')).to_be_disabled()
+        expect(card.locator('button[aria-label="Park GPU kernel"]')).to_be_disabled()
         assert_no_mid_word_breaks(page)
         shot("suspended-panel")
         shot("suspended-panel-only", page.locator(".jp-gpuckpt-panel"))
@@ -267,6 +276,33 @@ def test_suspend_and_resume_by_running_a_cell(lab: Server) -> None:
         assert page.evaluate("document.querySelector('.jp-gpuckpt-kernel') === window.gpuckptCard")
         page.evaluate("window.jupyterapp.commands.execute('apputils:change-theme', {theme: 'JupyterLab Light'})")
         expect(page.locator("body")).to_have_attribute("data-jp-theme-light", "true", timeout=30_000)
+
+        # Park, from the palette: the CUDA driver parks the kernel where it can; where it
+        # cannot (no driver here), the kernel is suspended and its card says why
+        toggle.click()
+        expect(card).to_have_attribute("data-state", "running", timeout=60_000)
+        expect(card.locator('button[aria-label="Park GPU kernel"]')).to_be_enabled()
+        page.evaluate("window.jupyterapp.commands.execute('apputils:activate-command-palette')")
+        palette = page.locator(".lm-CommandPalette")
+        palette.locator(".lm-CommandPalette-input").fill("Park GPU")
+        park = palette.locator('.lm-CommandPalette-item[data-command="jupyter-gpuckpt:park"]')
+        expect(park).to_contain_text("Park GPU kernel")
+        shot("palette-park")
+        park.click()
+        expect(card).to_have_attribute("data-state", re.compile("^(parked|suspended)$"), timeout=60_000)
+        if card.get_attribute("data-state") == "suspended":
+            expect(card.locator(".jp-gpuckpt-notice")).to_contain_text("could not be parked", timeout=10_000)
+        expect(card.locator('button[aria-label="Resume kernel"]')).to_be_enabled()
+        assert_no_mid_word_breaks(page)
+        shot("parked-or-not-panel", page.locator(".jp-gpuckpt-panel"))
+        # a suspend stages its checkpoint in host memory ("in host memory, writing" on the
+        # card, "saving" in the status bar) until the write-behind makes it durable
+        last = card.locator(".jp-gpuckpt-last")
+        expect(last).to_contain_text("checkpoint")
+        expect(last).not_to_contain_text("in host memory", timeout=60_000)
+        expect(last).not_to_contain_text("write failed")
+        expect(status).not_to_contain_text("saving")
+        shot("durable-panel", page.locator(".jp-gpuckpt-panel"))
 
 
 def test_restore_report_and_rebuild(lab: Server) -> None:

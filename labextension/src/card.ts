@@ -21,7 +21,7 @@ import {
   setText,
   syncChildren
 } from './dom';
-import { gpuckptIcon } from './icon';
+import { gpuckptIcon, parkIcon } from './icon';
 import { ICheckpointInfo } from './types';
 import { IKernelCardView } from './view';
 
@@ -29,6 +29,7 @@ import { IKernelCardView } from './view';
 export interface ICardActions {
   checkpoint(): Promise<unknown>;
   suspend(): Promise<unknown>;
+  park(): Promise<unknown>;
   resume(): Promise<unknown>;
   rebuild(): Promise<unknown>;
   toggleCheckpoints(): void;
@@ -61,6 +62,9 @@ export class KernelCard {
         trans.__('Suspend kernel (release GPU)'),
         () => actions.suspend()
       ),
+      park: iconButton(parkIcon, trans.__('Park GPU kernel'), () =>
+        actions.park()
+      ),
       resume: iconButton(runIcon, trans.__('Resume kernel'), () =>
         actions.resume()
       ),
@@ -74,6 +78,10 @@ export class KernelCard {
         trans.__('Rebuild')
       )
     };
+    // the accessible name is the command's label; the tooltip says what parking does
+    this._buttons.park.title = trans.__(
+      'Park GPU kernel: free the GPU and keep the process (suspends it where the CUDA driver cannot park)'
+    );
     this._buttons.checkpoints.setAttribute('aria-expanded', 'false');
     this._report = h(
       'div',
@@ -97,6 +105,7 @@ export class KernelCard {
         { class: 'jp-gpuckpt-actions' },
         this._buttons.checkpoint,
         this._buttons.suspend,
+        this._buttons.park,
         this._buttons.resume,
         this._buttons.checkpoints
       ),
@@ -120,15 +129,18 @@ export class KernelCard {
     this._setGpus(view.gpus);
     setText(this._idle, view.idle);
     setText(this._checkpoint, view.checkpoint);
+    this._checkpoint.classList.toggle('jp-mod-warn', view.writeFailed);
     setText(this._waiting, view.waiting);
     setText(this._error, view.error);
     setText(this._notice, view.notice);
 
-    const { checkpoint, suspend, resume, rebuild } = this._buttons;
+    const { checkpoint, suspend, park, resume, rebuild } = this._buttons;
     setEnabled(checkpoint, view.can.checkpoint);
     setEnabled(suspend, view.can.suspend);
+    setEnabled(park, view.can.park);
     setEnabled(resume, view.can.resume);
     setHidden(suspend, !view.suspendable);
+    setHidden(park, !view.suspendable);
     setHidden(resume, !view.suspendable);
 
     const report = view.report;
@@ -186,6 +198,7 @@ export class KernelCard {
           formatBytes(c.nbytes),
           trans.__('%1 variables', c.variables),
           c.skipped ? trans.__('%1 skipped', c.skipped) : '',
+          c.durability === 'staged' ? trans.__('in host memory') : '',
           c.problem ?? ''
         ].filter(p => p);
         return h(
@@ -228,7 +241,7 @@ export class KernelCard {
   private _reportText: HTMLElement;
   private _checkpoints: HTMLElement;
   private _buttons: Record<
-    'checkpoint' | 'suspend' | 'resume' | 'checkpoints' | 'rebuild',
+    'checkpoint' | 'suspend' | 'park' | 'resume' | 'checkpoints' | 'rebuild',
     HTMLButtonElement
   >;
   private _rebuilding = false;

@@ -1,5 +1,5 @@
 /**
- * Commands: suspend, resume, checkpoint, delete a checkpoint, open the panel; each
+ * Commands: suspend, park, resume, checkpoint, delete a checkpoint, open the panel; each
  * acts on `args.kernelId` or else on the current notebook's kernel.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
@@ -13,20 +13,28 @@ import { gpuckptIcon } from './icon';
 import { GPUCheckpointModel } from './model';
 import {
   canCheckpoint,
+  canPark,
   canRebuild,
   canResume,
   canSuspend,
   rebuildOffer
 } from './reduce';
-import { IActionResult } from './types';
+import { IActionResult, ReleaseMode } from './types';
 
 export namespace CommandIDs {
+  /** Suspend: checkpoint, then end the kernel's process. */
   export const suspend = 'jupyter-gpuckpt:suspend';
+  /** Park: checkpoint, then the CUDA driver moves its GPU memory to host memory. */
+  export const park = 'jupyter-gpuckpt:park';
+  /** Resume a suspended kernel, or unpark a parked one. */
   export const resume = 'jupyter-gpuckpt:resume';
   export const checkpoint = 'jupyter-gpuckpt:checkpoint';
   /** Re-run the cells that rebuild what the last restore could not bring back. */
   export const rebuild = 'jupyter-gpuckpt:rebuild';
-  /** The notebook toolbar's button: suspend a running kernel, resume a suspended one. */
+  /**
+   * The notebook toolbar's button: release a running kernel's GPUs as the server's
+   * `release_mode` says (park where it can, else suspend), resume a suspended or parked one.
+   */
   export const toggle = 'jupyter-gpuckpt:suspend-or-resume';
   export const deleteCheckpoint = 'jupyter-gpuckpt:delete-checkpoint';
   export const openPanel = 'jupyter-gpuckpt:open-panel';
@@ -77,19 +85,20 @@ export function addCommands(
    */
   const run = async (
     kernelId: string | undefined,
-    action: KernelAction
+    action: KernelAction,
+    mode?: ReleaseMode
   ): Promise<IActionResult | undefined> => {
     if (!kernelId) {
       return undefined;
     }
     let result: IActionResult;
     try {
-      result = await model.act(kernelId, action, { wait: true });
+      result = await model.act(kernelId, action, { wait: true, mode });
     } catch (error) {
       Notification.error(
         trans.__(
           'Could not %1 the kernel: %2',
-          trans.__(action),
+          mode === 'park' ? trans.__('park') : trans.__(action),
           (error as Error).message
         ),
         { autoClose: false }
@@ -116,24 +125,52 @@ export function addCommands(
     }
   };
 
-  const suspend = async (args: ReadonlyPartialJSONObject): Promise<void> => {
+  /** What the confirmation asks, by how the GPUs are to be freed. */
+  const confirmations: Record<
+    ReleaseMode | 'default',
+    [string, string, string]
+  > = {
+    suspend: [
+      trans.__('Suspend kernel?'),
+      trans.__(
+        'The kernel state is saved and its process ends, releasing its GPU. Running a cell resumes it.'
+      ),
+      trans.__('Suspend')
+    ],
+    park: [
+      trans.__('Park kernel?'),
+      trans.__(
+        'The kernel state is saved, then the CUDA driver moves its GPU memory into host memory and its GPU is released; its process keeps running. Where the driver cannot park it, it is suspended instead. Running a cell resumes it.'
+      ),
+      trans.__('Park')
+    ],
+    default: [
+      trans.__('Suspend kernel?'),
+      trans.__(
+        'The kernel state is saved and its GPU is released: parked where the CUDA driver can, else suspended. Running a cell resumes it.'
+      ),
+      trans.__('Suspend')
+    ]
+  };
+
+  /** Free the kernel's GPUs: park, suspend, or (no mode) as the server is set up. */
+  const release = async (
+    args: ReadonlyPartialJSONObject,
+    mode?: ReleaseMode
+  ): Promise<void> => {
     const kernelId = kernelIdOf(args);
     if (options.confirmSuspend()) {
+      const [title, body, label] = confirmations[mode ?? 'default'];
       const answer = await showDialog({
-        title: trans.__('Suspend kernel?'),
-        body: trans.__(
-          'The kernel state is saved and its process ends, releasing its GPU. Running a cell resumes it.'
-        ),
-        buttons: [
-          Dialog.cancelButton(),
-          Dialog.warnButton({ label: trans.__('Suspend') })
-        ]
+        title,
+        body,
+        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label })]
       });
       if (!answer.button.accept) {
         return;
       }
     }
-    await run(kernelId, 'suspend');
+    await run(kernelId, 'suspend', mode);
   };
 
   commands.addCommand(CommandIDs.suspend, {
@@ -142,11 +179,21 @@ export function addCommands(
       'Save the kernel state, end its process and release its GPUs'
     ),
     isEnabled: args => canSuspend(kernelOf(args)),
-    execute: suspend
+    execute: args => release(args, 'suspend')
+  });
+  commands.addCommand(CommandIDs.park, {
+    label: trans.__('Park GPU kernel'),
+    caption: trans.__(
+      'Free the GPU and keep the process: the CUDA driver holds its GPU memory in host memory; falls back to suspend where the driver cannot'
+    ),
+    isEnabled: args => canPark(kernelOf(args)),
+    execute: args => release(args, 'park')
   });
   commands.addCommand(CommandIDs.resume, {
     label: trans.__('Resume kernel'),
-    caption: trans.__('Restart the suspended kernel from its checkpoint'),
+    caption: trans.__(
+      'Restore a suspended kernel from its checkpoint, or give a parked kernel its GPU memory back'
+    ),
     isEnabled: args => canResume(kernelOf(args)),
     execute: args => run(kernelIdOf(args), 'resume')
   });
@@ -171,13 +218,15 @@ export function addCommands(
     caption: args =>
       canResume(kernelOf(args))
         ? trans.__('Resume kernel')
-        : trans.__('Suspend kernel (release GPU)'),
+        : trans.__(
+            'Release the GPU: park the kernel where the CUDA driver can, else suspend it'
+          ),
     icon: gpuckptIcon,
     isEnabled: args => canSuspend(kernelOf(args)) || canResume(kernelOf(args)),
     execute: args =>
       canResume(kernelOf(args))
         ? run(kernelIdOf(args), 'resume')
-        : suspend(args)
+        : release(args)
   });
   commands.addCommand(CommandIDs.deleteCheckpoint, {
     label: trans.__('Delete checkpoint'),

@@ -1,7 +1,7 @@
 /**
  * Words and numbers shown to the user: states, bytes, durations, GPUs.
  */
-import { IGPU, IKernel, ITrans } from './types';
+import { IGPU, IGpuckptEvent, IKernel, ITrans, IWriteBehind } from './types';
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
 
@@ -51,7 +51,10 @@ export function formatProgress(progress: number | null | undefined): string {
   return `${Math.round(Math.min(1, Math.max(0, progress)) * 100)}%`;
 }
 
-/** The state to show: `running`, `checkpointing 40%`, `suspended`, `restoring 10%`, `failed`. */
+/**
+ * The state to show: `running`, `checkpointing 40%`, `suspended`, `parked`, `restoring 10%`,
+ * `failed`.
+ */
 export function formatState(kernel: IKernel, trans: ITrans): string {
   const pct = formatProgress(kernel.progress);
   switch (kernel.state) {
@@ -66,6 +69,8 @@ export function formatState(kernel: IKernel, trans: ITrans): string {
       return trans.__('restoring %1', pct).trim();
     case 'suspended':
       return trans.__('suspended');
+    case 'parked':
+      return trans.__('parked');
     case 'failed':
       return trans.__('failed');
     default:
@@ -116,6 +121,63 @@ export function checkpointAge(kernel: IKernel, now: number): number | null {
     : Math.max(0, now / 1000 - time);
 }
 
+/** The write to the store of the kernel's last checkpoint, while it is only staged. */
+function stagedWrite(kernel: IKernel): { write: IWriteBehind | null } | null {
+  const last = kernel.last_checkpoint;
+  if (!last || last.durability !== 'staged') {
+    return null;
+  }
+  const write = kernel.write_behind ?? null;
+  // a write of an older checkpoint is not this one's
+  return {
+    write: write && write.checkpoint_id === last.id ? write : null
+  };
+}
+
+function writeProgress(write: IWriteBehind | null): string {
+  return write?.bytes_total
+    ? formatProgress((write.bytes_done ?? 0) / write.bytes_total)
+    : '';
+}
+
+/**
+ * Where the last checkpoint is, for the card: `in host memory, writing 40%` while it is
+ * staged, `write failed, retrying: <error>` after a failed write; null once it is durable
+ * (or from a server without staged suspends).
+ */
+export function durabilityText(kernel: IKernel, trans: ITrans): string | null {
+  const staged = stagedWrite(kernel);
+  if (!staged) {
+    return null;
+  }
+  const { write } = staged;
+  if (write?.error) {
+    return trans.__('write failed, retrying: %1', write.error);
+  }
+  return trans.__('in host memory, writing %1', writeProgress(write)).trim();
+}
+
+/** The same, short, for the status bar: `saving 40%`, `write failed, retrying`. */
+export function durabilityShortText(
+  kernel: IKernel,
+  trans: ITrans
+): string | null {
+  const staged = stagedWrite(kernel);
+  if (!staged) {
+    return null;
+  }
+  const { write } = staged;
+  if (write?.error) {
+    return trans.__('write failed, retrying');
+  }
+  return trans.__('saving %1', writeProgress(write)).trim();
+}
+
+/** The last write of a staged checkpoint failed: worth a warning colour. */
+export function writeFailed(kernel: IKernel): boolean {
+  return !!stagedWrite(kernel)?.write?.error;
+}
+
 /** The status bar's line: state, GPUs, idle time, checkpoint age. */
 export function statusText(
   kernel: IKernel,
@@ -123,9 +185,13 @@ export function statusText(
   trans: ITrans
 ): string {
   const parts = [formatState(kernel, trans)];
+  const durability = durabilityShortText(kernel, trans);
+  if (durability) {
+    parts.push(durability);
+  }
   if (kernel.waiting_for_gpus) {
     parts.push(kernel.waiting_for_gpus);
-  } else if (kernel.state !== 'suspended') {
+  } else if (kernel.state !== 'suspended' && kernel.state !== 'parked') {
     // a Slurm node's GPUs are not read from here: their count is what is known
     parts.push(
       kernel.placement === 'slurm'
@@ -191,6 +257,8 @@ export function outcomeText(
       return trans.__('%1 is already running: nothing to resume.', name);
     case 'already suspended':
       return trans.__('%1 is already suspended.', name);
+    case 'already parked':
+      return trans.__('%1 is already parked.', name);
     default:
       return null;
   }
@@ -225,4 +293,59 @@ export function notRestoredText(
   return missing.length
     ? missing.map(s => `${s.name} (${s.reason})`).join('; ')
     : trans.__('nothing');
+}
+
+/**
+ * What a suspend that freed the kernel's GPUs tells, by how (`mode`) and where its
+ * checkpoint is (`durability`); `durable` overrides the event's, once the staged
+ * checkpoint reached the store.
+ */
+export function releasedText(
+  event: IGpuckptEvent,
+  name: string,
+  trans: ITrans
+): string {
+  const gpus = event.gpus_released ?? 0;
+  if (event.mode === 'park') {
+    return trans.__(
+      '%1 parked: %2 GPU(s) released; the CUDA driver holds its GPU memory in host memory. Run a cell to resume.',
+      name,
+      gpus
+    );
+  }
+  if (event.durability === 'staged') {
+    return trans.__(
+      '%1 suspended: %2 GPU(s) released, %3 in host memory, being written to the store. Run a cell to resume.',
+      name,
+      gpus,
+      formatBytes(event.bytes)
+    );
+  }
+  return trans.__(
+    '%1 suspended: %2 GPU(s) released, %3 saved. Run a cell to resume.',
+    name,
+    gpus,
+    formatBytes(event.bytes)
+  );
+}
+
+/** A failed write of a staged checkpoint to the store, in a sentence. */
+export function writeFailedText(
+  event: IGpuckptEvent,
+  name: string,
+  trans: ITrans
+): string {
+  const error = event.error ?? '';
+  return typeof event.retry_in === 'number'
+    ? trans.__(
+        '%1: its checkpoint could not be written to the store (%2); trying again in %3. Its copy in host memory is kept meanwhile.',
+        name,
+        error,
+        formatDuration(event.retry_in)
+      )
+    : trans.__(
+        '%1: its checkpoint could not be written to the store (%2).',
+        name,
+        error
+      );
 }

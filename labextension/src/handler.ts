@@ -3,7 +3,13 @@
  */
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
-import { IActionResult, ICheckpointInfo, IGPUs, IKernel } from './types';
+import {
+  IActionResult,
+  ICheckpointInfo,
+  IGPUs,
+  IKernel,
+  ReleaseMode
+} from './types';
 
 /**
  * Call the server extension's REST API.
@@ -60,16 +66,27 @@ export namespace GPUCheckpointAPI {
   /**
    * Run `action` on a kernel. Without `wait` the server answers at once (`outcome`
    * `started`); with it, when the action ended, with what happened (`done`, `already
-   * running`, `already suspended`). Progress comes as events either way.
+   * running`, `already suspended`, `already parked`). Progress comes as events either way.
+   *
+   * @param mode `suspend` only: park the kernel or end its process; without it, the
+   *   server's `release_mode` decides
    */
   export function act(
     kernelId: string,
     action: KernelAction,
     settings?: ServerConnection.ISettings,
-    wait = false
+    wait = false,
+    mode?: ReleaseMode
   ): Promise<IActionResult> {
+    const query: Record<string, string> = {};
+    if (wait) {
+      query.wait = '1';
+    }
+    if (mode && action === 'suspend') {
+      query.mode = mode;
+    }
     return requestAPI<IActionResult>(
-      `kernels/${encodeURIComponent(kernelId)}/${action}${wait ? '?wait=1' : ''}`,
+      `kernels/${encodeURIComponent(kernelId)}/${action}${URLExt.objectToQueryString(query)}`,
       { method: 'POST', body: '{}' },
       settings
     );

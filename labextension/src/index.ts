@@ -101,14 +101,14 @@ const modelPlugin: JupyterFrontEndPlugin<GPUCheckpointModel> = {
 };
 
 /**
- * Suspend, resume, checkpoint and rebuild: the commands and their palette entries. Their
+ * Suspend, park, resume, checkpoint and rebuild: the commands and their palette entries. Their
  * notebook toolbar button and Kernel menu entries are declared in this plugin's settings
  * schema (`jupyter.lab.toolbars`, `jupyter.lab.menus`).
  */
 const commandsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-gpuckpt:commands',
   description:
-    'Suspend and resume commands in the notebook toolbar, Kernel menu and palette.',
+    'Suspend, park and resume commands in the notebook toolbar, Kernel menu and palette.',
   autoStart: true,
   requires: [IGPUCheckpointModel],
   optional: [
@@ -142,6 +142,7 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
     const category = trans.__('GPU Checkpoint');
     for (const command of [
       CommandIDs.suspend,
+      CommandIDs.park,
       CommandIDs.resume,
       CommandIDs.checkpoint,
       CommandIDs.rebuild,

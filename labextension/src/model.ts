@@ -3,7 +3,7 @@
  *
  * Fed by the server's event stream (jupyter_events, /api/events/subscribe): each
  * jupyter_gpuckpt event updates the kernel at once (reduce.ts) and, unless it only reports
- * progress, schedules one REST fetch that brings the server's full model. Cells that run
+ * progress (`progress`, `writing`), schedules one REST fetch that brings the server's full model. Cells that run
  * restart a kernel's idle time here (`markActivity`) without a fetch. Nothing polls.
  */
 import { Event, ServerConnection } from '@jupyterlab/services';
@@ -13,7 +13,13 @@ import { Debouncer } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { GPUCheckpointAPI, KernelAction } from './handler';
 import { applyEvent, markActivity, parseEvent } from './reduce';
-import { IActionResult, IGPU, IGpuckptEvent, IKernel } from './types';
+import {
+  IActionResult,
+  IGPU,
+  IGpuckptEvent,
+  IKernel,
+  ReleaseMode
+} from './types';
 
 export class GPUCheckpointModel implements IDisposable {
   constructor(options: GPUCheckpointModel.IOptions) {
@@ -79,17 +85,19 @@ export class GPUCheckpointModel implements IDisposable {
    * Ask the server for `action` on a kernel, then show its answer.
    *
    * @param options.wait answer when the action ended, with its `outcome`
+   * @param options.mode `suspend` only: park the kernel, or end its process
    */
   async act(
     kernelId: string,
     action: KernelAction,
-    options: { wait?: boolean } = {}
+    options: { wait?: boolean; mode?: ReleaseMode } = {}
   ): Promise<IActionResult> {
     const result = await GPUCheckpointAPI.act(
       kernelId,
       action,
       this._settings,
-      options.wait ?? false
+      options.wait ?? false,
+      options.mode
     );
     // eslint-disable-next-line @typescript-eslint/no-unused-vars
     const { outcome, rebuilt, ...kernel } = result;
@@ -137,7 +145,9 @@ export class GPUCheckpointModel implements IDisposable {
     }
     this._changed.emit();
     this._eventReceived.emit(event);
-    if (event.phase !== 'progress') {
+    // progress, of an operation or of a staged checkpoint's write, comes often and
+    // changes nothing the event does not say
+    if (event.phase !== 'progress' && event.phase !== 'writing') {
       void this.refresh();
     }
   }

@@ -1,6 +1,7 @@
 /**
  * Notifications: progress of checkpoints and restores with the bytes done, and notices
- * the user must see (a policy suspend, a restore after failure, skipped variables).
+ * the user must see (a policy suspend, a restore after failure, skipped variables, a
+ * staged checkpoint that could not be written to the store yet).
  */
 import { Notification } from '@jupyterlab/apputils';
 import { Session } from '@jupyterlab/services';
@@ -9,14 +10,28 @@ import {
   formatBytes,
   formatDuration,
   formatProgress,
+  releasedText,
   skippedText,
-  survivorsText
+  survivorsText,
+  writeFailedText
 } from './format';
 import { GPUCheckpointModel } from './model';
 import { IGpuckptEvent, IKernel } from './types';
 
 /** How much to tell: progress and notices, notices only, or nothing. */
 export type NotificationDetail = 'progress' | 'notices' | 'none';
+
+/** Milliseconds a success or a write-failure warning stays on screen. */
+const AUTO_CLOSE = 5000;
+const WARNING_CLOSE = 10_000;
+
+/** A notification still worth changing when a staged checkpoint's write moves on. */
+interface IShown {
+  id: string;
+  /** When it was last shown (ms): a toast closed since is not popped up again. */
+  at: number;
+  event: IGpuckptEvent;
+}
 
 export class GPUCheckpointNotifier {
   constructor(options: GPUCheckpointNotifier.IOptions) {
@@ -63,6 +78,7 @@ export class GPUCheckpointNotifier {
     const quiet = this.detail !== 'progress' || event.reason === 'periodic';
     switch (event.phase) {
       case 'started':
+        this._started.add(key);
         if (!quiet) {
           this._ids.set(
             key,
@@ -101,9 +117,42 @@ export class GPUCheckpointNotifier {
           });
         }
         break;
-      case 'done':
-        this._done(event, name, id);
+      case 'released':
+        // `done` follows and tells; a `released` of its own is a parked kernel whose
+        // process the server ended (parked too long, or host memory ran short)
+        if (event.was_parked) {
+          Notification.info(
+            trans.__(
+              '%1 was parked too long or host memory ran short, so its process was ended: it is suspended now. Running a cell restores it from its checkpoint.',
+              name
+            ),
+            { autoClose: false }
+          );
+        }
+        break;
+      case 'done': {
+        const shown = this._done(event, name, id);
         this._ids.delete(key);
+        this._started.delete(key);
+        if (
+          shown &&
+          event.checkpoint_id &&
+          event.event === 'suspend' &&
+          event.durability === 'staged'
+        ) {
+          this._staged.set(event.checkpoint_id, {
+            id: shown,
+            at: Date.now(),
+            event
+          });
+        }
+        break;
+      }
+      case 'write_failed':
+        this._writeFailed(event, name);
+        break;
+      case 'durable':
+        this._durable(event, name);
         break;
       case 'failed': {
         const message = trans.__(
@@ -118,35 +167,104 @@ export class GPUCheckpointNotifier {
           Notification.error(message, { autoClose: false });
         }
         this._ids.delete(key);
+        this._started.delete(key);
         break;
       }
     }
   }
 
+  /**
+   * A staged checkpoint's write failed: one warning per checkpoint, changed in place
+   * while it is on screen (the writes are retried for as long as it takes; the card and
+   * the status bar say how it goes).
+   */
+  private _writeFailed(event: IGpuckptEvent, name: string): void {
+    const checkpointId = event.checkpoint_id ?? '';
+    if (typeof event.retry_in !== 'number') {
+      // not retried: the staged copy is lost, and the kernel's notice says what it falls
+      // back to (the fetch after this event brings it)
+      this._staged.delete(checkpointId);
+      return;
+    }
+    const message = writeFailedText(event, name, this._trans);
+    const now = Date.now();
+    const shown = this._failedWrites.get(checkpointId);
+    if (!shown) {
+      const id = Notification.warning(message, { autoClose: WARNING_CLOSE });
+      this._failedWrites.set(checkpointId, { id, at: now, event });
+    } else if (now - shown.at < WARNING_CLOSE) {
+      Notification.update({
+        id: shown.id,
+        message,
+        type: 'warning',
+        autoClose: WARNING_CLOSE
+      });
+      shown.at = now;
+    }
+  }
+
+  /**
+   * A staged checkpoint is in the store: the suspend's notification says so while it is
+   * on screen, and a write-failure warning turns into good news.
+   */
+  private _durable(event: IGpuckptEvent, name: string): void {
+    const trans = this._trans;
+    const checkpointId = event.checkpoint_id ?? '';
+    const staged = this._staged.get(checkpointId);
+    const failed = this._failedWrites.get(checkpointId);
+    this._staged.delete(checkpointId);
+    this._failedWrites.delete(checkpointId);
+    if (failed) {
+      Notification.update({
+        id: failed.id,
+        message: trans.__(
+          '%1: its checkpoint is in the store now, after all.',
+          name
+        ),
+        type: 'success',
+        autoClose: AUTO_CLOSE
+      });
+    } else if (staged && Date.now() - staged.at < AUTO_CLOSE) {
+      Notification.update({
+        id: staged.id,
+        message: releasedText(
+          { ...staged.event, durability: 'durable' },
+          name,
+          trans
+        ),
+        type: 'success',
+        autoClose: AUTO_CLOSE
+      });
+    }
+  }
+
+  /** Tell how an operation ended; the id of the notification that says so, if any. */
   private _done(
     event: IGpuckptEvent,
     name: string,
     id: string | undefined
-  ): void {
+  ): string | undefined {
     const trans = this._trans;
     let message: string;
     let type: Notification.TypeOptions = 'success';
-    let autoClose: number | false = 5000;
+    let autoClose: number | false = AUTO_CLOSE;
     if (event.event === 'suspend') {
-      message = trans.__(
-        '%1 suspended: %2 GPU(s) released, %3 saved. Run a cell to resume.',
-        name,
-        event.gpus_released ?? 0,
-        formatBytes(event.bytes)
-      );
+      message = releasedText(event, name, trans);
       if (event.reason === 'policy') {
         const kernel = this._model.kernel(event.kernel_id);
-        const idle = kernel?.idle_seconds;
-        message = trans.__(
-          '%1 was suspended after %2 idle; its GPU is lent out. Run a cell to resume.',
-          name,
-          formatDuration(idle ?? null)
-        );
+        const idle = formatDuration(kernel?.idle_seconds ?? null);
+        message =
+          event.mode === 'park'
+            ? trans.__(
+                '%1 was parked after %2 idle; its GPU is lent out. Run a cell to resume.',
+                name,
+                idle
+              )
+            : trans.__(
+                '%1 was suspended after %2 idle; its GPU is lent out. Run a cell to resume.',
+                name,
+                idle
+              );
         type = 'warning';
         autoClose = false;
       }
@@ -184,13 +302,15 @@ export class GPUCheckpointNotifier {
       autoClose = false;
     }
     if (this.detail !== 'progress' && type === 'success') {
-      return;
+      return undefined;
     }
     if (id) {
       Notification.update({ id, message, type, autoClose });
+      return id;
     } else if (event.reason !== 'periodic' || type !== 'success') {
-      Notification.emit(message, type, { autoClose });
+      return Notification.emit(message, type, { autoClose });
     }
+    return undefined;
   }
 
   /** After a fetch: new skipped variables and new notices are worth a word. */
@@ -233,6 +353,12 @@ export class GPUCheckpointNotifier {
   private _told = new Set<string>();
   /** Kernels whose next notice a notification already told. */
   private _toldNotice = new Set<string>();
+  /** Operations (`event:kernel`) whose `started` came. */
+  private _started = new Set<string>();
+  /** Staged suspends' notifications, by checkpoint id, until their checkpoint is durable. */
+  private _staged = new Map<string, IShown>();
+  /** Write-failure warnings, by checkpoint id, until their checkpoint is durable. */
+  private _failedWrites = new Map<string, IShown>();
 }
 
 export namespace GPUCheckpointNotifier {

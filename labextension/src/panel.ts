@@ -151,6 +151,7 @@ export class GPUCheckpointPanel extends Widget {
       {
         checkpoint: () => run(CommandIDs.checkpoint),
         suspend: () => run(CommandIDs.suspend),
+        park: () => run(CommandIDs.park),
         resume: () => run(CommandIDs.resume),
         rebuild: async () => {
           card.rebuilding = true;

@@ -4,9 +4,25 @@
  * (format.ts, reduce.ts) runs under plain node in the unit tests.
  */
 
-/** A kernel's lifecycle state, as `GET /api/gpuckpt/kernels` reports it. */
+/**
+ * A kernel's lifecycle state, as `GET /api/gpuckpt/kernels` reports it. `suspended`: its
+ * process ended after a checkpoint; `parked`: its process lives on, its GPU memory moved
+ * into host memory by the CUDA driver. Both hold no GPU.
+ */
 export type KernelState =
-  'running' | 'checkpointing' | 'suspended' | 'restoring' | 'failed';
+  'running' | 'checkpointing' | 'suspended' | 'parked' | 'restoring' | 'failed';
+
+/** How a suspend freed the GPUs: the process parked by the CUDA driver, or ended. */
+export type ReleaseMode = 'park' | 'suspend';
+
+/**
+ * Where a checkpoint is: `staged` in host memory only (lost if the node dies) while the
+ * server writes it to the store, or `durable` in the store.
+ */
+export type Durability = 'staged' | 'durable';
+
+/** Where a resume read the state from. */
+export type RestoreSource = 'host memory' | 'store' | 'park';
 
 /** A GPU, held by a kernel or listed by `GET /api/gpuckpt/gpus`. */
 export interface IGPU {
@@ -50,6 +66,8 @@ export interface IRestoreReport {
   cells_to_rerun: number[];
   text: string;
   rebuilt?: IRebuilt | null;
+  /** Where the state was read from. */
+  source?: RestoreSource;
 }
 
 /** `c.GPUCheckpointApp.rebuild_skipped`. */
@@ -65,6 +83,21 @@ export interface ILastCheckpoint {
   variables?: number;
   skipped?: ISkippedVariable[];
   last_cell?: number;
+  /** Missing from servers without staged suspends: durable. */
+  durability?: Durability;
+}
+
+/**
+ * The write of a staged checkpoint to the store: its progress while a writer runs, or
+ * the last failed attempt's error while the server waits to try again.
+ */
+export interface IWriteBehind {
+  checkpoint_id: string;
+  bytes_done?: number;
+  bytes_total?: number;
+  /** Failed attempts so far. */
+  attempts?: number;
+  error?: string;
 }
 
 /** One kernel's model from `GET /api/gpuckpt/kernels[/{id}]`. */
@@ -83,6 +116,10 @@ export interface IKernel {
   suspendable: boolean;
   execution_state?: string | null;
   suspended_for?: number | null;
+  /** Seconds since it was parked, while it is. */
+  parked_for?: number | null;
+  /** The write of its staged checkpoint to the store, while one is under way; else null. */
+  write_behind?: IWriteBehind | null;
   connections?: number;
   /** Why a resume waits, e.g. for a GPU held by another kernel, or queued in Slurm; null when it does not. */
   waiting_for_gpus?: string | null;
@@ -102,7 +139,11 @@ export interface IKernel {
 
 /** What `POST .../{action}` did: `started` (202), or with `?wait=1` how it ended. */
 export type Outcome =
-  'started' | 'done' | 'already running' | 'already suspended';
+  | 'started'
+  | 'done'
+  | 'already running'
+  | 'already suspended'
+  | 'already parked';
 
 /** The answer of `POST /api/gpuckpt/kernels/{id}/{action}`: the kernel and the outcome. */
 export interface IActionResult extends IKernel {
@@ -128,12 +169,26 @@ export interface ICheckpointInfo {
   kernel_id: string | null;
   notebook: string | null;
   problem: string | null;
+  /** Missing from servers without staged suspends: durable. */
+  durability?: Durability;
 }
 
 export type EventName =
   'checkpoint' | 'suspend' | 'resume' | 'restore-after-failure';
 
-export type Phase = 'started' | 'progress' | 'done' | 'failed';
+/**
+ * Where an operation is. A suspend also says `released` (its GPUs are free) before `done`,
+ * then, for a staged checkpoint, `writing` and `write_failed` (retried) until `durable`.
+ */
+export type Phase =
+  | 'started'
+  | 'progress'
+  | 'released'
+  | 'done'
+  | 'failed'
+  | 'writing'
+  | 'write_failed'
+  | 'durable';
 
 /** A jupyter_gpuckpt event, with its name taken from the schema id. */
 export interface IGpuckptEvent {
@@ -152,6 +207,20 @@ export interface IGpuckptEvent {
   /** suspend `done`: processes that outlived the suspend, as "pid N (command)". */
   survivors?: string[];
   error?: string;
+  /** suspend `released` and `done`: where the checkpoint is. */
+  durability?: Durability;
+  /** suspend `released` and `done`: how the GPUs were freed. */
+  mode?: ReleaseMode;
+  /** suspend `released` and `done`: why the state went straight to the store. */
+  not_staged?: string;
+  /** suspend `released` and `done`: why the kernel was suspended rather than parked. */
+  not_parked?: string;
+  /** suspend `released` without `started`: a parked kernel's process was ended by the server. */
+  was_parked?: boolean;
+  /** suspend `write_failed`: seconds until the write is tried again (absent: not retried). */
+  retry_in?: number;
+  /** resume `done`: where the state was read from. */
+  source?: RestoreSource;
 }
 
 /** The little of a TranslationBundle that the pure code uses. */

@@ -6,16 +6,19 @@
 import {
   baseName,
   checkpointAge,
+  durabilityText,
   formatBytes,
   formatDuration,
   formatGpu,
   formatPlace,
   formatState,
   idleSeconds,
-  notRestoredText
+  notRestoredText,
+  writeFailed
 } from './format';
 import {
   canCheckpoint,
+  canPark,
   canRebuild,
   canResume,
   canSuspend,
@@ -41,16 +44,21 @@ export interface IKernelCardView {
   /** The tooltip of the name: the full path and the kernel id. */
   title: string;
   state: KernelState;
-  /** The badge: `running`, `checkpointing 40%`, `suspended`... */
+  /** The badge: `running`, `checkpointing 40%`, `suspended`, `parked`... */
   stateLabel: string;
   /** A checkpoint or restore is under way. */
   busy: boolean;
   /** One line per GPU, or one line saying there is none. */
   gpus: string[];
-  /** `idle 5m` or `suspended for 2h`; null when neither applies. */
+  /** `idle 5m`, `suspended for 2h` or `parked for 3m`; null when none applies. */
   idle: string | null;
-  /** `checkpoint 3m ago · 3.7 KiB` or `no checkpoint`. */
+  /**
+   * `checkpoint 3m ago · 3.7 KiB` or `no checkpoint`, with `· in host memory, writing 40%`
+   * while the checkpoint is staged, or why its write failed.
+   */
   checkpoint: string;
+  /** The write of the staged checkpoint to the store failed (it is retried). */
+  writeFailed: boolean;
   /** The server's `waiting for 1 GPU(s); 0 free`, while a resume waits. */
   waiting: string | null;
   error: string | null;
@@ -61,6 +69,7 @@ export interface IKernelCardView {
   can: {
     checkpoint: boolean;
     suspend: boolean;
+    park: boolean;
     resume: boolean;
     rebuild: boolean;
   };
@@ -138,6 +147,8 @@ export function kernelCardView(
   let gpus: string[];
   if (kernel.state === 'suspended') {
     gpus = [trans.__('GPUs released')];
+  } else if (kernel.state === 'parked') {
+    gpus = [trans.__('GPUs released; their memory is parked in host memory')];
   } else if (!kernel.gpus.length) {
     gpus = [trans.__('no GPU')];
   } else if (kernel.placement === 'slurm') {
@@ -165,6 +176,11 @@ export function kernelCardView(
       'suspended for %1',
       formatDuration(kernel.suspended_for + since)
     );
+  } else if (
+    kernel.state === 'parked' &&
+    typeof kernel.parked_for === 'number'
+  ) {
+    idle = trans.__('parked for %1', formatDuration(kernel.parked_for + since));
   } else if (kernel.state === 'running' && kernel.progress === null) {
     const seconds = idleSeconds(kernel, now);
     idle =
@@ -172,13 +188,17 @@ export function kernelCardView(
   }
 
   const last = kernel.last_checkpoint;
-  const checkpoint = last
+  let checkpoint = last
     ? trans.__(
         'checkpoint %1 ago · %2',
         formatDuration(checkpointAge(kernel, now)),
         formatBytes(last.bytes_total)
       )
     : trans.__('no checkpoint');
+  const durability = durabilityText(kernel, trans);
+  if (durability) {
+    checkpoint = `${checkpoint} · ${durability}`;
+  }
 
   const report = reportView(kernel, trans);
   const notice =
@@ -197,6 +217,7 @@ export function kernelCardView(
     gpus,
     idle,
     checkpoint,
+    writeFailed: writeFailed(kernel),
     waiting: kernel.waiting_for_gpus || null,
     error: kernel.last_error || null,
     notice,
@@ -205,6 +226,7 @@ export function kernelCardView(
     can: {
       checkpoint: canCheckpoint(kernel),
       suspend: canSuspend(kernel),
+      park: canPark(kernel),
       resume: canResume(kernel),
       rebuild: canRebuild(kernel)
     }

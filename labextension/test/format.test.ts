@@ -3,6 +3,8 @@ import assert from 'node:assert/strict';
 import {
   baseName,
   checkpointAge,
+  durabilityShortText,
+  durabilityText,
   formatBytes,
   formatDuration,
   formatGpus,
@@ -11,11 +13,14 @@ import {
   idleSeconds,
   notRestoredText,
   outcomeText,
+  releasedText,
   skippedText,
   statusText,
-  survivorsText
+  survivorsText,
+  writeFailed,
+  writeFailedText
 } from '../src/format';
-import { IKernel, ITrans } from '../src/types';
+import { IGpuckptEvent, IKernel, ITrans } from '../src/types';
 
 /** Like TranslationBundle.__ with the null translator: %1, %2... replaced. */
 const trans: ITrans = {
@@ -84,6 +89,7 @@ test('formatState names every state, with progress', () => {
     'restoring 10%'
   );
   assert.equal(formatState(kernel({ state: 'suspended' }), trans), 'suspended');
+  assert.equal(formatState(kernel({ state: 'parked' }), trans), 'parked');
   assert.equal(formatState(kernel({ state: 'failed' }), trans), 'failed');
 });
 
@@ -131,6 +137,144 @@ test('statusText puts it together', () => {
   assert.equal(
     statusText(kernel({ state: 'restoring', progress: 0.5 }), now, trans),
     'restoring 50% · no GPU · no checkpoint'
+  );
+});
+
+/** A kernel whose last checkpoint is staged, with its write as given. */
+function staged(write: IKernel['write_behind'] = null): IKernel {
+  return kernel({
+    state: 'suspended',
+    last_checkpoint: { id: 'c1', time: 700, durability: 'staged' },
+    write_behind: write
+  });
+}
+
+test('durabilityText says where a staged checkpoint is, and nothing once durable', () => {
+  assert.equal(durabilityText(staged(), trans), 'in host memory, writing');
+  assert.equal(
+    durabilityText(
+      staged({ checkpoint_id: 'c1', bytes_done: 40, bytes_total: 100 }),
+      trans
+    ),
+    'in host memory, writing 40%'
+  );
+  const failed = staged({
+    checkpoint_id: 'c1',
+    attempts: 2,
+    error: 'disk full'
+  });
+  assert.equal(
+    durabilityText(failed, trans),
+    'write failed, retrying: disk full'
+  );
+  assert.ok(writeFailed(failed));
+  assert.ok(!writeFailed(staged()));
+  // the write of another (older) checkpoint is not the last one's
+  assert.equal(
+    durabilityText(
+      staged({ checkpoint_id: 'c0', attempts: 1, error: 'x' }),
+      trans
+    ),
+    'in host memory, writing'
+  );
+  const durable = kernel({
+    last_checkpoint: { id: 'c1', time: 700, durability: 'durable' }
+  });
+  assert.equal(durabilityText(durable, trans), null);
+  assert.equal(durabilityShortText(durable, trans), null);
+  // servers without staged suspends say nothing of durability
+  assert.equal(
+    durabilityText(kernel({ last_checkpoint: { id: 'c1' } }), trans),
+    null
+  );
+  assert.equal(durabilityText(kernel(), trans), null);
+});
+
+test('statusText: parked, and a staged checkpoint being saved', () => {
+  const now = 1_000_000;
+  assert.equal(
+    statusText(
+      staged({ checkpoint_id: 'c1', bytes_done: 40, bytes_total: 100 }),
+      now,
+      trans
+    ),
+    'suspended · saving 40% · checkpoint 5m ago'
+  );
+  assert.equal(
+    statusText(staged(), now, trans),
+    'suspended · saving · checkpoint 5m ago'
+  );
+  assert.equal(
+    statusText(
+      staged({ checkpoint_id: 'c1', attempts: 1, error: 'disk full' }),
+      now,
+      trans
+    ),
+    'suspended · write failed, retrying · checkpoint 5m ago'
+  );
+  assert.equal(
+    statusText(
+      kernel({
+        state: 'parked',
+        last_checkpoint: { id: 'c', time: 700, durability: 'durable' }
+      }),
+      now,
+      trans
+    ),
+    'parked · checkpoint 5m ago'
+  );
+});
+
+test('releasedText says how the GPUs were freed and where the state is', () => {
+  const event: IGpuckptEvent = {
+    event: 'suspend',
+    kernel_id: 'k1',
+    phase: 'done',
+    checkpoint_id: 'c1',
+    gpus_released: 1,
+    bytes: 20 * 1024 ** 2,
+    mode: 'suspend',
+    durability: 'durable'
+  };
+  assert.equal(
+    releasedText(event, 'a.ipynb', trans),
+    'a.ipynb suspended: 1 GPU(s) released, 20.0 MiB saved. Run a cell to resume.'
+  );
+  assert.equal(
+    releasedText({ ...event, durability: 'staged' }, 'a.ipynb', trans),
+    'a.ipynb suspended: 1 GPU(s) released, 20.0 MiB in host memory, being written to the store. Run a cell to resume.'
+  );
+  assert.equal(
+    releasedText({ ...event, mode: 'park' }, 'a.ipynb', trans),
+    'a.ipynb parked: 1 GPU(s) released; the CUDA driver holds its GPU memory in host memory. Run a cell to resume.'
+  );
+  // a server without modes or durability: a suspend, saved
+  assert.equal(
+    releasedText(
+      { event: 'suspend', kernel_id: 'k1', phase: 'done', bytes: 10 },
+      'a.ipynb',
+      trans
+    ),
+    'a.ipynb suspended: 0 GPU(s) released, 10 B saved. Run a cell to resume.'
+  );
+});
+
+test('writeFailedText gives the reason and when the write is tried again', () => {
+  const event: IGpuckptEvent = {
+    event: 'suspend',
+    kernel_id: 'k1',
+    phase: 'write_failed',
+    checkpoint_id: 'c1',
+    error: 'No space left on device',
+    retry_in: 30
+  };
+  assert.equal(
+    writeFailedText(event, 'a.ipynb', trans),
+    'a.ipynb: its checkpoint could not be written to the store (No space left on device); trying again in 30s. Its copy in host memory is kept meanwhile.'
+  );
+  assert.equal(
+    writeFailedText({ ...event, retry_in: undefined }, 'a.ipynb', trans),
+    'a.ipynb: its checkpoint could not be written to the store (No space left on device).'
   );
 });
 
@@ -198,6 +342,10 @@ test('outcomeText says what a no-op did, and nothing for actions that ran', () =
   assert.equal(
     outcomeText('already suspended', 'a.ipynb', trans),
     'a.ipynb is already suspended.'
+  );
+  assert.equal(
+    outcomeText('already parked', 'a.ipynb', trans),
+    'a.ipynb is already parked.'
   );
   assert.equal(outcomeText('done', 'a.ipynb', trans), null);
   assert.equal(outcomeText('started', 'a.ipynb', trans), null);

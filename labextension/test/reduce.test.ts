@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import {
   applyEvent,
   canCheckpoint,
+  canPark,
   canResume,
   canRebuild,
   canSuspend,
@@ -125,6 +126,270 @@ test('a suspend goes checkpointing with progress, then suspended without GPUs', 
   assert.ok(canResume(k) && !canSuspend(k) && !canCheckpoint(k));
 });
 
+test('parseEvent accepts the staged suspend and park phases', () => {
+  for (const phase of ['released', 'writing', 'write_failed', 'durable']) {
+    assert.equal(
+      parseEvent(message('suspend', { phase, checkpoint_id: 'c1' }))?.phase,
+      phase
+    );
+  }
+  assert.deepEqual(
+    parseEvent(
+      message('suspend', {
+        phase: 'released',
+        checkpoint_id: 'c1',
+        durability: 'staged',
+        mode: 'suspend',
+        gpus_released: 1,
+        not_parked: 'no driver'
+      })
+    ),
+    {
+      event: 'suspend',
+      kernel_id: 'k1',
+      phase: 'released',
+      checkpoint_id: 'c1',
+      durability: 'staged',
+      mode: 'suspend',
+      gpus_released: 1,
+      not_parked: 'no driver'
+    }
+  );
+  assert.equal(
+    parseEvent(
+      message('resume', {
+        phase: 'done',
+        checkpoint_id: 'c1',
+        source: 'host memory'
+      })
+    )?.source,
+    'host memory'
+  );
+});
+
+test('a staged suspend: released frees the GPUs, then writing, then durable', () => {
+  let k = reduce(
+    kernel({ last_checkpoint: { id: 'c0', time: 1, durability: 'durable' } }),
+    message('suspend', { phase: 'started', reason: 'request' }),
+    message('suspend', { phase: 'progress', bytes_done: 50, bytes_total: 100 })
+  );
+  k = reduce(
+    k,
+    message('suspend', {
+      phase: 'released',
+      checkpoint_id: 'c1',
+      durability: 'staged',
+      mode: 'suspend',
+      gpus_released: 1,
+      bytes: 100
+    })
+  );
+  assert.equal(k?.state, 'suspended');
+  assert.deepEqual(k?.gpus, []);
+  assert.equal(k?.progress, null);
+  assert.equal(k?.suspended_for, 0);
+  assert.deepEqual(k?.last_checkpoint, {
+    id: 'c1',
+    time: 5,
+    bytes_total: 100,
+    durability: 'staged'
+  });
+  assert.ok(canResume(k) && !canSuspend(k) && !canPark(k));
+  // `done` names the same checkpoint: it stays staged, and as old as it was
+  k = applyEvent(
+    k,
+    parseEvent(
+      message('suspend', {
+        phase: 'done',
+        checkpoint_id: 'c1',
+        durability: 'staged',
+        mode: 'suspend',
+        bytes: 100,
+        gpus_released: 1
+      })
+    ) as IGpuckptEvent,
+    9000
+  );
+  assert.equal(k?.state, 'suspended');
+  assert.equal(k?.last_checkpoint?.time, 5);
+  assert.equal(k?.last_checkpoint?.durability, 'staged');
+  k = reduce(
+    k,
+    message('suspend', {
+      phase: 'writing',
+      checkpoint_id: 'c1',
+      bytes_done: 40,
+      bytes_total: 100
+    })
+  );
+  assert.equal(k?.state, 'suspended', 'writing does not change the state');
+  assert.equal(k?.progress, null);
+  assert.deepEqual(k?.write_behind, {
+    checkpoint_id: 'c1',
+    bytes_done: 40,
+    bytes_total: 100
+  });
+  k = reduce(
+    k,
+    message('suspend', {
+      phase: 'durable',
+      checkpoint_id: 'c1',
+      bytes_written: 100,
+      seconds: 2
+    })
+  );
+  assert.equal(k?.state, 'suspended');
+  assert.equal(k?.write_behind, null);
+  assert.equal(k?.last_checkpoint?.durability, 'durable');
+  assert.equal(k?.last_checkpoint?.bytes_total, 100);
+});
+
+test('a failed write keeps the error and counts attempts; a lost copy clears it', () => {
+  const staged = kernel({
+    state: 'suspended',
+    gpus: [],
+    last_checkpoint: { id: 'c1', time: 1, durability: 'staged' }
+  });
+  const failure = (error: string) =>
+    message('suspend', {
+      phase: 'write_failed',
+      checkpoint_id: 'c1',
+      error,
+      retry_in: 1
+    });
+  let k = reduce(staged, failure('disk full'));
+  assert.deepEqual(k?.write_behind, {
+    checkpoint_id: 'c1',
+    attempts: 1,
+    error: 'disk full'
+  });
+  k = reduce(k, failure('store gone'));
+  assert.equal(k?.write_behind?.attempts, 2);
+  assert.equal(k?.write_behind?.error, 'store gone');
+  assert.equal(k?.state, 'suspended');
+  assert.equal(k?.last_error, null, 'the kernel itself did not fail');
+  // a write that goes on after a failure shows progress again
+  k = reduce(
+    k,
+    message('suspend', {
+      phase: 'writing',
+      checkpoint_id: 'c1',
+      bytes_done: 1,
+      bytes_total: 2
+    })
+  );
+  assert.equal(k?.write_behind?.error, undefined);
+  // not retried (no retry_in): the staged copy is lost, the fetch tells the rest
+  k = reduce(
+    k,
+    message('suspend', {
+      phase: 'write_failed',
+      checkpoint_id: 'c1',
+      error: 'lost'
+    })
+  );
+  assert.equal(k?.write_behind, null);
+  // durable for another checkpoint leaves the last one as it is
+  const other = reduce(
+    staged,
+    message('suspend', { phase: 'durable', checkpoint_id: 'c0' })
+  );
+  assert.equal(other?.last_checkpoint?.durability, 'staged');
+});
+
+test('a park goes parked without GPUs, then resumes from the parked process', () => {
+  let k = reduce(
+    kernel(),
+    message('suspend', { phase: 'started', reason: 'request' }),
+    message('suspend', {
+      phase: 'released',
+      checkpoint_id: 'c1',
+      durability: 'durable',
+      mode: 'park',
+      gpus_released: 1,
+      bytes: 10
+    }),
+    message('suspend', {
+      phase: 'done',
+      checkpoint_id: 'c1',
+      durability: 'durable',
+      mode: 'park',
+      gpus_released: 1,
+      bytes: 10
+    })
+  );
+  assert.equal(k?.state, 'parked');
+  assert.deepEqual(k?.gpus, []);
+  assert.equal(k?.parked_for, 0);
+  assert.equal(k?.suspended_for, null);
+  assert.ok(canResume(k) && !canSuspend(k) && !canPark(k) && !canCheckpoint(k));
+  k = reduce(k, message('suspend', { phase: 'durable', checkpoint_id: 'c1' }));
+  assert.equal(k?.state, 'parked');
+  k = reduce(
+    k,
+    message('resume', { phase: 'started', reason: 'execute' }),
+    message('resume', { phase: 'done', checkpoint_id: 'c1', source: 'park' })
+  );
+  assert.equal(k?.state, 'running');
+  assert.equal(k?.parked_for, null);
+  assert.equal(k?.idle_seconds, 0);
+  assert.ok(canSuspend(k) && canPark(k));
+});
+
+test('a failed unpark leaves the kernel parked; a failed restore suspended', () => {
+  const parked = kernel({ state: 'parked', gpus: [], parked_for: 60 });
+  const failed = reduce(
+    parked,
+    message('resume', { phase: 'started' }),
+    message('resume', { phase: 'failed', error: 'GPU busy' })
+  );
+  assert.equal(failed?.state, 'parked');
+  assert.equal(failed?.last_error, 'GPU busy');
+  const suspended = reduce(
+    kernel({ state: 'suspended', gpus: [], parked_for: null }),
+    message('resume', { phase: 'started' }),
+    message('resume', { phase: 'failed', error: 'no GPU' })
+  );
+  assert.equal(suspended?.state, 'suspended');
+});
+
+test('a parked kernel whose process the server ended is suspended, for as long', () => {
+  const parked = kernel({
+    state: 'parked',
+    gpus: [],
+    parked_for: 3600,
+    received_at: 0,
+    last_checkpoint: { id: 'c1', time: 1, bytes_total: 10 }
+  });
+  const k = reduce(
+    parked,
+    message('suspend', {
+      phase: 'released',
+      reason: 'policy',
+      checkpoint_id: 'c1',
+      durability: 'durable',
+      mode: 'suspend',
+      gpus_released: 0
+    })
+  );
+  assert.equal(k?.state, 'suspended');
+  assert.equal(k?.suspended_for, 3605, 'parked 3600 s, plus 5 s since');
+  assert.equal(k?.parked_for, null);
+  assert.equal(k?.received_at, 5000);
+  assert.equal(k?.last_checkpoint?.time, 1, 'the same checkpoint');
+  assert.equal(k?.last_checkpoint?.bytes_total, 10);
+});
+
+test('a suspend from a server without `released` or `mode` still ends suspended', () => {
+  const k = reduce(
+    kernel(),
+    message('suspend', { phase: 'started' }),
+    message('suspend', { phase: 'done', checkpoint_id: 'c1', bytes: 1 })
+  );
+  assert.equal(k?.state, 'suspended');
+  assert.equal(k?.last_checkpoint?.durability, undefined);
+});
+
 test('a failed suspend goes back to running with the error', () => {
   const k = reduce(
     kernel(),
@@ -206,7 +471,17 @@ test('events for other or unknown kernels change nothing', () => {
 
 test('a kernel that is not suspendable offers checkpoint only', () => {
   const k = kernel({ suspendable: false });
-  assert.ok(!canSuspend(k) && canCheckpoint(k) && !canResume(k));
+  assert.ok(!canSuspend(k) && !canPark(k) && canCheckpoint(k) && !canResume(k));
+});
+
+test('park applies where suspend does: a running, idle, suspendable kernel', () => {
+  assert.ok(canPark(kernel()));
+  assert.ok(!canPark(kernel({ progress: 0.5 })));
+  assert.ok(!canPark(kernel({ state: 'parked' })));
+  assert.ok(!canPark(kernel({ state: 'suspended' })));
+  assert.ok(!canPark(undefined));
+  assert.ok(canResume(kernel({ state: 'parked' })));
+  assert.ok(!canResume(kernel({ state: 'restoring' })));
 });
 
 test('a new operation clears the last notice, a periodic checkpoint does not', () => {

@@ -72,9 +72,11 @@ test('a running kernel: name, badge, one line per GPU, idle time, checkpoint', (
   assert.deepEqual(view.can, {
     checkpoint: true,
     suspend: true,
+    park: true,
     resume: false,
     rebuild: false
   });
+  assert.equal(view.writeFailed, false);
   assert.equal(view.report, null);
 });
 
@@ -93,9 +95,95 @@ test('a suspended kernel: GPUs released, how long, resume only', () => {
   assert.deepEqual(view.can, {
     checkpoint: false,
     suspend: false,
+    park: false,
     resume: true,
     rebuild: false
   });
+});
+
+test('a parked kernel: GPUs released, memory in host memory, how long, resume only', () => {
+  const view = kernelCardView(
+    kernel({
+      state: 'parked',
+      parked_for: 120,
+      last_checkpoint: {
+        id: 'c',
+        time: NOW / 1000 - 120,
+        bytes_total: 1024,
+        durability: 'durable'
+      }
+    }),
+    'a.ipynb',
+    NOW + 60_000,
+    trans
+  );
+  assert.equal(view.state, 'parked');
+  assert.equal(view.stateLabel, 'parked');
+  assert.deepEqual(view.gpus, [
+    'GPUs released; their memory is parked in host memory'
+  ]);
+  assert.equal(view.idle, 'parked for 3m');
+  assert.equal(view.checkpoint, 'checkpoint 3m ago · 1.0 KiB');
+  assert.deepEqual(view.can, {
+    checkpoint: false,
+    suspend: false,
+    park: false,
+    resume: true,
+    rebuild: false
+  });
+});
+
+test('a staged checkpoint: in host memory while written, the error if a write failed', () => {
+  const last = {
+    id: 'c1',
+    time: NOW / 1000 - 60,
+    bytes_total: 2 * GiB,
+    durability: 'staged' as const
+  };
+  const writing = kernelCardView(
+    kernel({
+      state: 'suspended',
+      last_checkpoint: last,
+      write_behind: {
+        checkpoint_id: 'c1',
+        bytes_done: 0.8 * GiB,
+        bytes_total: 2 * GiB
+      }
+    }),
+    'a.ipynb',
+    NOW,
+    trans
+  );
+  assert.equal(
+    writing.checkpoint,
+    'checkpoint 1m ago · 2.0 GiB · in host memory, writing 40%'
+  );
+  assert.equal(writing.writeFailed, false);
+  const failed = kernelCardView(
+    kernel({
+      state: 'suspended',
+      last_checkpoint: last,
+      write_behind: { checkpoint_id: 'c1', attempts: 3, error: 'disk full' }
+    }),
+    'a.ipynb',
+    NOW,
+    trans
+  );
+  assert.equal(
+    failed.checkpoint,
+    'checkpoint 1m ago · 2.0 GiB · write failed, retrying: disk full'
+  );
+  assert.equal(failed.writeFailed, true);
+  const durable = kernelCardView(
+    kernel({
+      state: 'suspended',
+      last_checkpoint: { ...last, durability: 'durable' }
+    }),
+    'a.ipynb',
+    NOW,
+    trans
+  );
+  assert.equal(durable.checkpoint, 'checkpoint 1m ago · 2.0 GiB');
 });
 
 test('a busy kernel shows progress in its badge and no idle time', () => {

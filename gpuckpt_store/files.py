@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
+from typing import Any
 
 
 def fsync_dir(path: Path) -> None:
@@ -23,3 +27,29 @@ def make_dir(path: Path, mode: int) -> bool:
         return False
     os.chmod(path, mode)
     return True
+
+
+class InBackground:
+    """``with InBackground(fn, *args):`` runs ``fn(*args)`` on a thread of its own while the
+    block runs, and waits for it when the block ends, raising its error, if any, there."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except BaseException as e:
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="gpuckpt-sync", daemon=True)
+
+    def __enter__(self) -> InBackground:
+        self._thread.start()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._thread.join()
+        if self._error is not None and error is None:
+            raise self._error

@@ -73,7 +73,7 @@ class Pack:
         _drop_cache(self.fd)  # now clean, the pages can go
         os.close(self.fd)
         self.fd = -1
-        self.name = self._naming.hexdigest()
+        self.name = self.final_name()
         if announce is not None:
             announce(self.name)
         final = directory / self.name
@@ -86,6 +86,10 @@ class Pack:
             pass
         os.replace(self.tmp, final)
         return True
+
+    def final_name(self) -> str:
+        """The name :meth:`publish` gives the pack, once nothing more is appended."""
+        return self._naming.hexdigest()
 
     def discard(self) -> None:
         if self.fd >= 0:

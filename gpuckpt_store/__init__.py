@@ -7,7 +7,7 @@ needs nothing beyond the standard library and ``jupyter_core``.
 """
 
 from .collect import SaveJournal, collect_garbage, collect_leftovers
-from .errors import CheckpointError, CheckpointNotFound, IntegrityError, RestoreError, SaveError
+from .errors import CheckpointError, CheckpointNotFound, IntegrityError, RestoreError, SaveError, SaveTooLarge
 from .layout import STORE_ENV, default_key_path, default_root, is_checkpoint_id, shown
 from .listing import CheckpointInfo, format_table, human_bytes, list_checkpoints
 from .records import BufferRecord, Piece
@@ -16,8 +16,7 @@ from .store import FORMAT_VERSION, CheckpointStore, writable_problem
 
 __all__ = [
     "FORMAT_VERSION", "STORE_ENV", "BufferRecord", "CheckpointError", "CheckpointInfo", "CheckpointNotFound",
-    "CheckpointStore",
-    "IntegrityError", "Piece", "RestoreError", "SaveError", "SaveJournal", "SigningKey", "collect_garbage",
-    "collect_leftovers", "default_key_path", "default_root", "format_table", "human_bytes", "is_checkpoint_id",
-    "list_checkpoints", "shown", "writable_problem",
+    "CheckpointStore", "IntegrityError", "Piece", "RestoreError", "SaveError", "SaveJournal", "SaveTooLarge",
+    "SigningKey", "collect_garbage", "collect_leftovers", "default_key_path", "default_root", "format_table",
+    "human_bytes", "is_checkpoint_id", "list_checkpoints", "shown", "writable_problem",
 ]

@@ -14,6 +14,11 @@ class SaveError(CheckpointError):
     """A checkpoint could not be written; the kernel and the previous checkpoints are intact."""
 
 
+class SaveTooLarge(SaveError):
+    """The save would write more than it was allowed (a staged suspend's share of host
+    memory); nothing was published, and the server saves to the store instead."""
+
+
 class RestoreError(CheckpointError):
     """A checkpoint could not be restored; the checkpoint is kept and the namespace untouched."""
 

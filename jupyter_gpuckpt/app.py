@@ -10,14 +10,16 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
-from traitlets import Bool, CaselessStrEnum, Float, Int, List, Unicode, default
+from traitlets import Bool, CaselessStrEnum, Float, Int, List, TraitError, Unicode, default, validate
 
 from gpuckpt_store import default_root, writable_problem
 
-from . import events, metrics, policy
+from . import events, host_memory, metrics, policy
 from .gpus import GPUPool
 from .handlers import default_handlers
+from .host_memory import HostMemory, parse_limit
 from .ledger import Ledger
+from .lifecycle import State
 from .manager import CheckpointManager, Settings
 from .placement import GPUCheckpointProvisioner
 from .tasks import BackgroundTasks
@@ -57,6 +59,39 @@ class GPUCheckpointApp(ExtensionApp):
              "rebuild them (`%gpuckpt rebuild`, or the panel's button); 'always' re-runs those cells by "
              "itself; 'never' only lists them.")
 
+    release_mode = CaselessStrEnum(
+        ["park", "suspend"], "park", config=True,
+        help="How a suspend frees a kernel's GPUs, unless the request says (`?mode=`) or the kernelspec "
+             "(metadata.gpuckpt.release_mode): 'park' has the CUDA driver move the GPU memory into host "
+             "memory while the process stays (driver 570+ and cuda-bindings in the kernel's environment; a "
+             "checkpoint is taken first), and falls back to 'suspend' where the driver cannot; 'suspend' ends "
+             "the process after a checkpoint.")
+    park_timeout = Float(3600.0, config=True, help="Seconds a kernel may stay parked before its process is ended "
+                                                   "(it is then suspended, from the checkpoint taken as it was "
+                                                   "parked), freeing the host memory its GPU state takes; 0 never.")
+    host_memory_limit = Unicode(
+        "25%", config=True,
+        help="Host memory a suspend may stage kernels' state in, so their GPUs are free before the state is "
+             "on disk (it is written to the store right after): bytes ('8G', '512M') or a share of physical "
+             "memory ('25%'). A suspend that would need more goes straight to the store; '0' turns staging off.")
+    staging_root = Unicode(config=True, help="Where staged state lives: a folder in memory, private to the "
+                                             "user. Default: /dev/shm/jupyter-gpuckpt-<user>.")
+    write_behind_bandwidth = Float(0.0, config=True, help="Bytes per second at most that writing staged state "
+                                                          "to the store may take (0: no limit), so it leaves "
+                                                          "a shared file system to running kernels.")
+
+    @validate("host_memory_limit")
+    def _check_host_memory_limit(self, proposal: Any) -> str:
+        try:
+            parse_limit(proposal["value"])
+        except ValueError as e:
+            raise TraitError(f"GPUCheckpointApp.host_memory_limit: {e}") from None
+        return str(proposal["value"])
+
+    @default("staging_root")
+    def _default_staging_root(self) -> str:
+        return str(host_memory.default_root())
+
     @default("store_root")
     def _default_store_root(self) -> str:
         return str(default_root())
@@ -74,7 +109,10 @@ class GPUCheckpointApp(ExtensionApp):
         GPUCheckpointProvisioner.store_root = Path(self.store_root)
         self.tasks = BackgroundTasks(self.log)
         settings = Settings(Path(self.store_root), self.keep_checkpoints, self.ready_timeout, self.stall_timeout,
-                            self.rebuild_skipped)
+                            self.rebuild_skipped,
+                            release_mode=self.release_mode,
+                            host_memory=HostMemory(Path(self.staging_root), parse_limit(self.host_memory_limit)),
+                            write_behind_bandwidth=self.write_behind_bandwidth)
         self.manager = CheckpointManager(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
                                          Ledger(Path(self.ledger_path)), self.emit, self.tasks)
         self.manager.on_moved.append(SuspendAwareConnection.kernel_moved)
@@ -147,14 +185,14 @@ class GPUCheckpointApp(ExtensionApp):
         except Exception:  # a bad event must not break the kernel operation that reports it
             self.log.exception("gpuckpt could not emit %s event %s", event, data)
 
-    def start_operation(self, kernel_id: str, action: str, reason: str = "request") -> None:
+    def start_operation(self, kernel_id: str, action: str, reason: str = "request", **options: str) -> None:
         """Run ``action`` on a kernel in the background (a ``202`` answer); a refusal lands in
         the kernel's ``last_error``, where a client polling the kernel looks."""
         operation = getattr(self.manager.operations, action)
 
         async def run() -> None:
             try:
-                await operation(kernel_id, reason)
+                await operation(kernel_id, reason, **options)
             except Exception as e:
                 record = self.manager.records.get(kernel_id)
                 if record is not None:
@@ -167,7 +205,8 @@ class GPUCheckpointApp(ExtensionApp):
 
     def base_policy(self) -> policy.Policy:
         return policy.Policy(self.idle_timeout, self.gpu_utilization_threshold, self.suspend_connected,
-                             self.checkpoint_interval, self.keep_checkpoints)
+                             self.checkpoint_interval, self.keep_checkpoints, release_mode=self.release_mode,
+                             park_timeout=self.park_timeout)
 
     def policy_for(self, kernel_id: str) -> policy.Policy:
         km = self.manager.km(kernel_id)
@@ -180,6 +219,8 @@ class GPUCheckpointApp(ExtensionApp):
         return {**self.base_policy().__dict__, "exempt_kernels": list(self.exempt_kernels),
                 "exempt_kernelspecs": list(self.exempt_kernelspecs), "policy_interval": self.policy_interval,
                 "store_root": self.store_root, "rebuild_skipped": self.rebuild_skipped,
+                "host_memory_limit": self.host_memory_limit, "staging_root": self.staging_root,
+                "write_behind_bandwidth": self.write_behind_bandwidth,
                 "store_problem": writable_problem(Path(self.store_root))}
 
     async def _policy_loop(self) -> None:
@@ -199,8 +240,27 @@ class GPUCheckpointApp(ExtensionApp):
                     await self.manager.operations.suspend(kernel_id, reason="policy")
                 elif action == "checkpoint":
                     await self.manager.operations.checkpoint(kernel_id, reason="periodic")
+                elif action == "convert":
+                    await self.manager.operations.convert(kernel_id, reason="policy")
             except Exception:
                 self.log.exception("gpuckpt policy failed for kernel %s", kernel_id)
+        await self._convert_parked_over_limit()
+
+    async def _convert_parked_over_limit(self) -> None:
+        """Parked kernels' GPU state lies in host memory: past ``host_memory_limit``, the
+        longest parked are suspended (their processes ended) until the rest fit."""
+        parked = sorted((r for r in self.manager.records if r.state == State.PARKED),
+                        key=lambda r: r.parked_at or 0)
+        held = sum(int((r.last_checkpoint or {}).get("bytes_total") or 0) for r in parked)
+        limit = self.manager.host_memory.limit
+        for record in parked:
+            if held <= limit:
+                break
+            try:
+                await self.manager.operations.convert(record.kernel_id, reason="policy")
+                held -= int((record.last_checkpoint or {}).get("bytes_total") or 0)
+            except Exception:
+                self.log.exception("gpuckpt could not suspend parked kernel %s", record.kernel_id)
 
     def gpus_model(self) -> dict[str, Any]:
         pool = GPUPool.instance()

@@ -20,7 +20,8 @@ from . import doctor, kernelspec
 from .cli_client import CLIError, GPUCheckpointClient, find_server
 
 POLL_SECONDS = 0.3
-_SETTLED = {"checkpoint": "running", "suspend": "suspended", "resume": "running", "rebuild": "running"}
+_SETTLED = {"checkpoint": ("running",), "suspend": ("suspended", "parked"), "resume": ("running",),
+            "rebuild": ("running",)}
 _DONE = {"checkpoint": "Checkpointed", "suspend": "Suspended", "resume": "Resumed", "rebuild": "Rebuilt"}
 _SPINNER = "|/-\\"
 
@@ -48,6 +49,8 @@ def _checkpoint_summary(checkpoint: dict[str, Any] | None, now: float | None = N
     if not checkpoint:
         return "-"
     size = human_bytes(checkpoint.get("bytes_total", 0))
+    if checkpoint.get("durability") == "staged":
+        size += ", staged"
     when = checkpoint.get("time")
     return size if when is None else f"{human_duration((now or time.time()) - when)} ago, {size}"
 
@@ -76,6 +79,13 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"{k['id']}: {k['notice']}")
         if k.get("last_error"):
             print(f"{k['id']}: last error: {k['last_error']}")
+        writing = k.get("write_behind") or {}
+        if writing.get("error"):
+            print(f"{k['id']}: writing the staged checkpoint to the store failed ({writing['error']}); "
+                  f"retrying (attempt {writing.get('attempts')})")
+        elif writing.get("bytes_total"):
+            print(f"{k['id']}: writing the staged checkpoint to the store: "
+                  f"{human_bytes(writing['bytes_done'])} of {human_bytes(writing['bytes_total'])}")
     return 0
 
 
@@ -101,7 +111,8 @@ def _progress_line(action: str, kernel_id: str, model: dict[str, Any] | None, el
     return f"{action} {kernel_id[:8]}  {state:<13} {indicator}  {elapsed:5.1f}s"
 
 
-def _act_with_progress(client: GPUCheckpointClient, kernel_id: str, action: str) -> dict[str, Any]:
+def _act_with_progress(client: GPUCheckpointClient, kernel_id: str, action: str,
+                       mode: str | None = None) -> dict[str, Any]:
     """Wait for the operation (``?wait=1``) in a thread while showing the kernel's state on stderr.
 
     Polling after a ``202`` alone cannot tell when a checkpoint ends (the kernel stays
@@ -112,7 +123,7 @@ def _act_with_progress(client: GPUCheckpointClient, kernel_id: str, action: str)
 
     def work() -> None:
         try:
-            outcome["model"] = client.act(kernel_id, action)
+            outcome["model"] = client.act(kernel_id, action, mode=mode)
         except Exception as e:  # handed to the main thread, which reports it
             outcome["error"] = e
 
@@ -149,8 +160,13 @@ def _result_lines(action: str, kernel_id: str, model: dict[str, Any], seconds: f
         new = human_bytes(checkpoint.get("bytes_written", 0))
         count = checkpoint.get("variables")
         what = f"checkpoint {checkpoint.get('id')} ({size}, {new} new, {count} variable{'' if count == 1 else 's'})"
+    elif action == "suspend" and model.get("state") == "parked":
+        what = (f"parked: its GPUs are free, its GPU memory is in host memory and its process lives on "
+                f"(checkpoint {checkpoint.get('id')}, {size}, in case the node goes)")
     elif action == "suspend":
         what = f"checkpoint {checkpoint.get('id')} ({size}); its GPUs are free"
+        if checkpoint.get("durability") == "staged":
+            what += "; the checkpoint is in host memory and is being written to the store"
     else:
         what = f"restored from checkpoint {checkpoint.get('id')}"
     lines = [f"{_DONE[action]} {kernel_id} in {seconds:.1f} s: {what}."]
@@ -171,16 +187,17 @@ def cmd_operation(args: argparse.Namespace) -> int:
     action: str = args.command
     client = _client(args)
     kernel_id = client.resolve(args.kernel_id)
+    mode = getattr(args, "mode", None)
     if args.no_wait:
-        model = client.act(kernel_id, action, wait=False)
+        model = client.act(kernel_id, action, wait=False, mode=mode)
         print(f"{action} of {kernel_id} started (state: {model.get('state')}); see `jupyter gpuckpt list`.")
         return 0
     started = time.monotonic()
     if sys.stderr.isatty():
-        model = _act_with_progress(client, kernel_id, action)
+        model = _act_with_progress(client, kernel_id, action, mode)
     else:
-        model = client.act(kernel_id, action)
-    if model.get("state") != _SETTLED[action] or model.get("last_error"):
+        model = client.act(kernel_id, action, mode=mode)
+    if model.get("state") not in _SETTLED[action] or model.get("last_error"):
         reason = f": {model['last_error']}" if model.get("last_error") else ""
         raise CLIError(f"{action} of {kernel_id} did not finish; the kernel is {model.get('state')}{reason}")
     print("\n".join(_result_lines(action, kernel_id, model, time.monotonic() - started)))
@@ -227,12 +244,17 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("list", parents=[server, as_json], help="the kernels, their state, GPUs and last "
                         "checkpoint").set_defaults(func=cmd_list)
     for action, help in (("checkpoint", "checkpoint a running kernel (it keeps running)"),
-                         ("suspend", "checkpoint a kernel, end its process and free its GPUs"),
-                         ("resume", "start a suspended kernel again from its checkpoint"),
+                         ("suspend", "free a kernel's GPUs: park it (CUDA driver) or checkpoint it and end "
+                                     "its process"),
+                         ("resume", "unpark a parked kernel, or start a suspended one again from its checkpoint"),
                          ("rebuild", "re-run the cells that rebuild what its last restore could not bring back")):
         sub = commands.add_parser(action, parents=[server], help=help)
         sub.add_argument("kernel_id", metavar="KERNEL_ID", help="a kernel id, or a unique prefix of one")
         sub.add_argument("--no-wait", action="store_true", help="return once the server has started it")
+        if action == "suspend":
+            sub.add_argument("--mode", choices=("park", "suspend"),
+                             help="park (the process stays; falls back to suspend where the CUDA driver cannot) "
+                                  "or suspend (the process ends); default: the server's release_mode")
         sub.set_defaults(func=cmd_operation)
     sub = commands.add_parser("checkpoints", parents=[server, as_json], help="a kernel's checkpoints")
     sub.add_argument("kernel_id", metavar="KERNEL_ID", help="a kernel id, or a unique prefix of one")

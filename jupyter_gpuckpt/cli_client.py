@@ -180,12 +180,14 @@ class GPUCheckpointClient:
     def checkpoints(self, kernel_id: str) -> list[dict[str, Any]]:
         return list(self.get(f"kernels/{quote(kernel_id, safe='')}/checkpoints"))
 
-    def act(self, kernel_id: str, action: str, wait: bool = True) -> dict[str, Any]:
-        """POST ``checkpoint``, ``suspend`` or ``resume``; with ``wait`` the finished model."""
+    def act(self, kernel_id: str, action: str, wait: bool = True, mode: str | None = None) -> dict[str, Any]:
+        """POST ``checkpoint``, ``suspend`` (``mode``: ``park`` or ``suspend``) or ``resume``;
+        with ``wait`` the finished model."""
         path = f"kernels/{quote(kernel_id, safe='')}/{action}"
+        options = {"mode": mode} if mode else {}
         if wait:
-            return dict(self.request("POST", path, timeout=None, wait="1"))
-        return dict(self.request("POST", path, timeout=self.timeout))
+            return dict(self.request("POST", path, timeout=None, wait="1", **options))
+        return dict(self.request("POST", path, timeout=self.timeout, **options))
 
     def resolve(self, kernel_id: str) -> str:
         """A full kernel id from a unique prefix of one; anything else goes to the server as is."""

@@ -9,10 +9,12 @@ With Slurm kernelspecs it also checks that every node of their partitions sees t
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -33,6 +35,7 @@ from gpuckpt_store import (
     writable_problem,
 )
 
+from . import host_memory, parking
 from .cli_client import CLIError, GPUCheckpointClient, find_server
 from .gpus import read_inventory
 from .kernelspec import PROVISIONER_NAME
@@ -242,6 +245,33 @@ def check_store(root: Path) -> list[Check]:
     return [*checks, Check("OK", "checkpoints", f"{len(infos) or 'none yet'} in {store.base}")]
 
 
+def check_host_memory(policy: dict[str, Any] | None) -> Check:
+    """Where suspends stage kernels' state, and how much of it they may take."""
+    root = Path(policy["staging_root"]) if policy and policy.get("staging_root") else host_memory.default_root()
+    limit_text = str(policy.get("host_memory_limit", "25%")) if policy else "25%"
+    try:
+        limit = host_memory.parse_limit(limit_text)
+    except ValueError as e:
+        return Check("FAIL", "host memory", str(e))
+    area = host_memory.HostMemory(root, limit)
+    if limit and not root.exists():
+        return Check("OK", "host memory", f"suspends stage in {root} (made at the first suspend), up to "
+                                          f"{human_bytes(limit)} ({limit_text})")
+    problem = area.problem()
+    if problem is not None:
+        return Check("WARN", "host memory", f"suspends write straight to the store: {problem}")
+    return Check("OK", "host memory", f"suspends stage in {root}: {human_bytes(area.used())} of "
+                                      f"{human_bytes(limit)} ({limit_text}) in use")
+
+
+def check_park() -> Check:
+    """Whether kernels of this environment can be parked by the CUDA driver."""
+    problem = asyncio.run(parking.park_support(sys.executable))
+    if problem is None:
+        return Check("OK", "park", "the CUDA driver can park kernels of this environment")
+    return Check("WARN", "park", f"kernels are suspended, not parked: {problem}")
+
+
 def check_key(path: Path) -> Check:
     if not path.exists():
         return Check("OK", "signing key", f"{path} does not exist yet (the first checkpoint creates it, mode 0600)")
@@ -257,7 +287,8 @@ def run_checks(url: str | None = None, token: str | None = None) -> list[Check]:
     server_checks, policy = check_server(url, token)
     root = Path(policy["store_root"]) if policy and policy.get("store_root") else default_root()
     return [check_nvml(), check_gpus(), check_provisioner(), *check_kernelspecs(), check_extension(),
-            *server_checks, *check_store(root), *check_slurm(root), check_key(default_key_path())]
+            *server_checks, *check_store(root), check_host_memory(policy), check_park(), *check_slurm(root),
+            check_key(default_key_path())]
 
 
 def main(url: str | None = None, token: str | None = None) -> int:

@@ -21,7 +21,7 @@ Emit = Callable[[str, dict[str, Any]], None]
 #: Every event the manager emits, by the name it passes to ``emit``.
 EVENTS = ("checkpoint", "suspend", "resume", "restore-after-failure")
 #: The phases of an operation; every event carries one.
-PHASES = ("started", "progress", "done", "failed")
+PHASES = ("started", "progress", "released", "done", "failed", "writing", "write_failed", "durable")
 
 SCHEMA_DIR = Path(__file__).parent / "event_schemas"
 SCHEMA_URI = "https://events.jupyter.org/jupyter_gpuckpt"

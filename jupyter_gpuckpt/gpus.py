@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -111,21 +111,26 @@ class GPUPool(SingletonConfigurable):
         """The GPUs ``kernel_id`` holds, from ``readings`` if given (else start-up figures)."""
         return [g for g in (self.gpus if readings is None else readings) if self.holders.get(g.uuid) == kernel_id]
 
-    async def acquire(self, kernel_id: str, count: int, on_wait: Callable[[int, int], None] | None = None
-                      ) -> list[GPU]:
-        """Take ``count`` GPUs for ``kernel_id``, waiting while too few are free."""
+    async def acquire(self, kernel_id: str, count: int, on_wait: Callable[[int, int], None] | None = None,
+                      uuids: Sequence[str] = ()) -> list[GPU]:
+        """Take ``count`` GPUs for ``kernel_id`` (those of ``uuids`` if given: a parked
+        kernel goes back to its own), waiting while too few are free."""
         if count > len(self.gpus):
             raise ValueError(f"the kernel asks for {count} GPU(s); this server has {len(self.gpus)}")
+
+        def usable() -> list[GPU]:
+            return [g for g in self.free() if not uuids or g.uuid in uuids]
+
         async with self._freed:
-            if len(self.free()) < count:
+            if len(usable()) < count:
                 self.waiting[kernel_id] = count
                 if on_wait is not None:
-                    on_wait(count, len(self.free()))
+                    on_wait(count, len(usable()))
             try:
-                await self._freed.wait_for(lambda: len(self.free()) >= count)
+                await self._freed.wait_for(lambda: len(usable()) >= count)
             finally:
                 self.waiting.pop(kernel_id, None)
-            taken = self.free()[:count]
+            taken = usable()[:count]
             for gpu in taken:
                 self.holders[gpu.uuid] = kernel_id
             return taken

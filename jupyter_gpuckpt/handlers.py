@@ -26,6 +26,7 @@ from .errors import (
     GPUCheckpointError,
     KernelNotFound,
     OperationFailed,
+    ParkUnsupported,
     PlacementError,
     StoreUnavailable,
     Unplaceable,
@@ -36,7 +37,7 @@ AUTH_RESOURCE = "kernels"
 _KERNEL_ID = re.compile(r"[0-9a-fA-F-]{1,64}", re.ASCII)
 _STATUS: list[tuple[type[Exception], int]] = [
     (KernelNotFound, 404), (CheckpointNotFound, 404), (WrongState, 409), (CheckpointInUse, 409),
-    (StoreUnavailable, 503), (Unplaceable, 409), (PlacementError, 503),
+    (StoreUnavailable, 503), (Unplaceable, 409), (PlacementError, 503), (ParkUnsupported, 409),
     (OperationFailed, 500), (GPUCheckpointError, 500), (CheckpointError, 500),
 ]
 """Domain errors, most specific first, and the status each answers."""
@@ -102,12 +103,18 @@ class KernelActionHandler(GPUCheckpointHandler):
     @authorized
     async def post(self, kernel_id: str, action: str) -> None:
         kernel_id = self.kernel_id(kernel_id)
+        options = {}
+        mode = self.get_argument("mode", None)
+        if mode is not None:
+            if action != "suspend" or mode not in ("park", "suspend"):
+                raise web.HTTPError(400, "mode is for suspend only, and is 'park' or 'suspend'")
+            options["mode"] = mode
         if self.get_argument("wait", "0") in ("1", "true", "yes"):
-            await self.answer(lambda: getattr(self.manager.operations, action)(kernel_id))
+            await self.answer(lambda: getattr(self.manager.operations, action)(kernel_id, **options))
             return
         with _http_errors():
             self.manager.km(kernel_id)  # 404 before anything starts
-        self.app.start_operation(kernel_id, action)
+        self.app.start_operation(kernel_id, action, **options)
         await asyncio.sleep(0)  # let the task take the kernel's lock and set its state
         self.set_status(202)
         self.finish(json.dumps({**self.manager.model(kernel_id), "outcome": "started"}))

@@ -3,7 +3,9 @@
 ::
 
     RUNNING --checkpoint--> RUNNING
-    RUNNING --suspend--> CHECKPOINTING --> SUSPENDED
+    RUNNING --suspend--> CHECKPOINTING --> SUSPENDED   (staged: durable later, by write-behind)
+    RUNNING --suspend, park--> CHECKPOINTING --> PARKED   (CUDA driver; the process stays)
+    PARKED --resume--> RESTORING --> RUNNING;  PARKED --convert--> SUSPENDED
     SUSPENDED --resume / first execute--> RESTORING --> RUNNING
     RUNNING --process lost--> RESTORING --> RUNNING
     any --error--> the previous safe state, with the reason kept
@@ -22,11 +24,12 @@ class State(str, enum.Enum):
     RUNNING = "running"
     CHECKPOINTING = "checkpointing"
     SUSPENDED = "suspended"
+    PARKED = "parked"
     RESTORING = "restoring"
     FAILED = "failed"
 
 
-AWAY = (State.CHECKPOINTING, State.SUSPENDED, State.RESTORING)
+AWAY = (State.CHECKPOINTING, State.SUSPENDED, State.PARKED, State.RESTORING)
 """States in which the kernel's process cannot take the notebook's messages: they wait."""
 
 
@@ -41,6 +44,7 @@ class KernelRecord:
     last_error: str | None = None
     notice: str | None = None
     suspended_at: float | None = None
+    parked_at: float | None = None
     kernel_info: dict[str, Any] | None = None
     session: dict[str, Any] | None = None
     """The notebook's session (path, name, type), to attach it again after a server restart."""
@@ -53,6 +57,11 @@ class KernelRecord:
     """A report the notebook has not been shown yet: shown on the next cell it runs."""
     placement_info: dict[str, Any] | None = None
     """Where a kernel that outlives the server runs (its Slurm job), for the ledger."""
+    durable_checkpoint: str | None = None
+    """The newest checkpoint in the store: what the kernel falls back to if a staged one is
+    lost before its write-behind ends."""
+    write_behind: dict[str, Any] | None = None
+    """The durable write of a staged checkpoint under way: bytes, or the last error."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _settled: asyncio.Future[str | None] | None = field(default=None, repr=False)
 
@@ -66,14 +75,16 @@ class KernelRecord:
             "last_error": self.last_error,
             "notice": self.notice,
             "report": self.report,
+            "write_behind": self.write_behind,
             "suspended_for": None if self.suspended_at is None else time.time() - self.suspended_at,
+            "parked_for": None if self.parked_at is None else time.time() - self.parked_at,
         }
 
     def ledger_entry(self) -> dict[str, Any]:
         return {"kernelspec": self.kernelspec, "state": self.state.value,
                 "last_checkpoint": self.last_checkpoint, "suspended_at": self.suspended_at,
                 "kernel_info": self.kernel_info, "session": self.session, "last_activity": self.last_activity,
-                "placement_info": self.placement_info}
+                "placement_info": self.placement_info, "durable_checkpoint": self.durable_checkpoint}
 
     def load(self, entry: dict[str, Any]) -> None:
         """Take back what :meth:`ledger_entry` kept: a kernel taken over where it runs, or
@@ -86,6 +97,7 @@ class KernelRecord:
         self.kernel_info = entry.get("kernel_info")
         self.session = entry.get("session")
         self.last_activity = entry.get("last_activity")
+        self.durable_checkpoint = entry.get("durable_checkpoint")
 
     # -- waiting for the kernel to come back ---------------------------------------------
 

@@ -26,6 +26,7 @@ from .errors import CheckpointInUse, KernelNotFound, StoreUnavailable
 from .events import Emit
 from .failover import Failover
 from .gpus import GPU, GPUPool
+from .host_memory import HostMemory, default_root
 from .ledger import Ledger
 from .lifecycle import KernelRecord, State
 from .operations import KernelOperations
@@ -34,6 +35,7 @@ from .placement.contract import ADOPT, START_SUSPENDED
 from .records import KernelRecords
 from .tasks import BackgroundTasks
 from .watcher import ExecutionWatcher
+from .write_behind import WriteBehind
 
 
 @dataclass
@@ -46,6 +48,11 @@ class Settings:
     stall_timeout: float = 60.0
     rebuild_skipped: str = "ask"
     failover_grace: float = 30.0
+    release_mode: str = "park"
+    """How a suspend frees GPUs unless asked otherwise: "park" where it can, else "suspend"."""
+    host_memory: HostMemory | None = None
+    """Where suspends stage the kernel's state (None: straight to the store)."""
+    write_behind_bandwidth: float = 0.0
 
 
 class CheckpointManager:
@@ -78,6 +85,8 @@ class CheckpointManager:
         self.tasks = tasks
         self.operations = KernelOperations(self, emit)
         self.failover = Failover(self, emit)
+        self.host_memory = settings.host_memory or HostMemory(default_root(), 0)
+        self.write_behind = WriteBehind(self, emit)
         self.on_moved: list[Callable[[str], Awaitable[None]]] = []
         """Called with a kernel's id once it listens elsewhere (the notebooks' websockets)."""
         self._endpoints: dict[str, tuple[Any, ...]] = {}
@@ -93,6 +102,12 @@ class CheckpointManager:
     def provisioner(self, kernel_id: str) -> GPUCheckpointProvisioner | None:
         provisioner = getattr(self.km(kernel_id), "provisioner", None)
         return provisioner if isinstance(provisioner, GPUCheckpointProvisioner) else None
+
+    def release_mode(self, kernel_id: str) -> str:
+        """``park`` or ``suspend``: the kernelspec's ``metadata.gpuckpt.release_mode``, else the server's."""
+        spec = self.km(kernel_id).kernel_spec
+        chosen = ((spec.metadata if spec else {}).get("gpuckpt") or {}).get("release_mode")
+        return str(chosen) if chosen in ("park", "suspend") else self.settings.release_mode
 
     def record(self, kernel_id: str) -> KernelRecord:
         """The kernel's record, made (and its cells and restarts followed) on first use."""
@@ -212,16 +227,30 @@ class CheckpointManager:
                                    "(`jupyter gpuckpt doctor` checks it)")
 
     async def checkpoints(self, kernel_id: str) -> list[dict[str, Any]]:
-        """The kernel's checkpoints, oldest first."""
+        """The kernel's checkpoints, oldest first, each ``durable`` (in the store) or
+        ``staged`` (in host memory only, until its write-behind ends)."""
         self.km(kernel_id)
-        infos = await asyncio.to_thread(list_checkpoints, self.store())
-        return [info.to_json() for info in infos if info.kernel_id == kernel_id]
+        durable = await asyncio.to_thread(list_checkpoints, self.store())
+        staged = await asyncio.to_thread(list_checkpoints, self.host_memory.store())
+        known = {info.id for info in durable}
+        infos = [(info, "durable") for info in durable] + [(i, "staged") for i in staged if i.id not in known]
+        return [{**info.to_json(), "durability": durability}
+                for info, durability in sorted(infos, key=lambda pair: pair[0].id) if info.kernel_id == kernel_id]
 
-    def _needed_by(self, checkpoint_id: str) -> KernelRecord | None:
+    def _needed_by(self, checkpoint_id: str) -> tuple[KernelRecord, str] | None:
+        """The kernel that needs the checkpoint to come back, and why, if one does."""
         for record in self.records:
-            if (record.state in (State.SUSPENDED, State.RESTORING, State.CHECKPOINTING)
-                    and (record.last_checkpoint or {}).get("id") == checkpoint_id):
-                return record
+            if record.state not in (State.SUSPENDED, State.PARKED, State.RESTORING, State.CHECKPOINTING):
+                continue
+            notebook = f" ({record.session['path']})" if record.session else ""
+            if (record.last_checkpoint or {}).get("id") == checkpoint_id:
+                return record, (f"checkpoint {checkpoint_id} is the one {record.state.value} kernel "
+                                f"{record.kernel_id}{notebook} resumes from; resume the kernel or shut it down first")
+            writing = (record.last_checkpoint or {}).get("durability") == "staged"
+            if record.durable_checkpoint == checkpoint_id and writing:
+                return record, (f"checkpoint {checkpoint_id} is what {record.state.value} kernel "
+                                f"{record.kernel_id}{notebook} falls back to until its newest checkpoint is "
+                                "written to the store; try again once that is durable")
         return None
 
     async def delete_checkpoint(self, checkpoint_id: str) -> None:
@@ -234,12 +263,9 @@ class CheckpointManager:
         gpuckpt_store.CheckpointNotFound
             There is no such checkpoint.
         """
-        record = self._needed_by(checkpoint_id)
-        if record is not None:
-            notebook = f" ({record.session['path']})" if record.session else ""
-            raise CheckpointInUse(f"checkpoint {checkpoint_id} is the one {record.state.value} kernel "
-                                  f"{record.kernel_id}{notebook} resumes from; resume the kernel or shut it "
-                                  "down first")
+        needed = self._needed_by(checkpoint_id)
+        if needed is not None:
+            raise CheckpointInUse(needed[1])
         await asyncio.to_thread(self.store().delete, checkpoint_id)
         await self._after_delete({checkpoint_id})
 
@@ -320,6 +346,7 @@ class CheckpointManager:
                 # the notebook finds its kernel again (a suspended one resumes on its first cell)
                 await self.session_manager.create_session(kernel_id=kernel_id, **record.session)
         self.records.save()
+        self.write_behind.resume_pending()
 
 
 def _endpoint(info: dict[str, Any]) -> tuple[Any, ...]:

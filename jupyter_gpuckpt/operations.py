@@ -13,11 +13,14 @@ import asyncio
 import time
 from typing import Any
 
+from gpuckpt_store import CheckpointStore
+
 from . import activity, kernel_calls
-from .errors import NotSuspendable, OperationFailed, WrongState
+from .errors import NotSuspendable, OperationFailed, ParkFailed, ParkUnsupported, WrongState
 from .lifecycle import KernelRecord, State
-from .placement import GPUNeeds
-from .runner import OperationRunner
+from .placement import GPUCheckpointProvisioner, GPUNeeds
+from .runner import Operation, OperationRunner
+from .write_behind import DURABLE, STAGED
 
 
 class KernelOperations(OperationRunner):
@@ -26,14 +29,40 @@ class KernelOperations(OperationRunner):
 
     # -- checkpoint ----------------------------------------------------------------------
 
-    async def _save(self, record: KernelRecord, event: str) -> dict[str, Any]:
+    async def _save(self, record: KernelRecord, event: str, staged_bytes: int | None = None) -> dict[str, Any]:
+        """Checkpoint into the store, or with ``staged_bytes`` into host memory (at most that
+        many new bytes), to be made durable by the write-behind once the kernel has ended."""
         session = record.session or await self.manager.session_of(record.kernel_id)
-        result = await self._call(record, "save", event, store=str(self.manager.settings.store_root),
-                                  kernel_id=record.kernel_id, kernelspec=record.kernelspec,
-                                  notebook=(session or {}).get("path"))
-        record.last_checkpoint = {**result, "time": time.time()}
-        await self.manager.prune(record.kernel_id)
+        staged = staged_bytes is not None
+        root = self.manager.host_memory.root if staged else self.manager.settings.store_root
+        limit: dict[str, Any] = {"max_bytes": staged_bytes} if staged else {}
+        result = await self._call(record, "save", event, store=str(root), kernel_id=record.kernel_id,
+                                  kernelspec=record.kernelspec, notebook=(session or {}).get("path"), **limit)
+        record.last_checkpoint = {**result, "time": time.time(), "durability": STAGED if staged else DURABLE}
+        if not staged:
+            record.durable_checkpoint = result["id"]
+            await self.manager.prune(record.kernel_id)
         return result
+
+    async def _stage(self, record: KernelRecord) -> tuple[dict[str, Any], str | None]:
+        """Checkpoint for a suspend: into host memory where it has room (the GPU is then
+        free before the state is on disk), else into the store. Also returns why it was not
+        staged, if it was not."""
+        host = self.manager.host_memory
+        problem = await asyncio.to_thread(host.problem)
+        if problem is None:
+            needed = {(r.last_checkpoint or {}).get("id") for r in self.manager.records
+                      if (r.last_checkpoint or {}).get("durability") == STAGED}
+            wanted = int((record.last_checkpoint or {}).get("bytes_total") or 0)
+            room = await asyncio.to_thread(host.room, {c for c in needed if c}, wanted)
+            if room == 0:
+                problem = f"host memory for staging is full ({host.limit} bytes, GPUCheckpointApp.host_memory_limit)"
+            else:
+                try:
+                    return await self._save(record, "suspend", staged_bytes=room), None
+                except OperationFailed as e:  # over its share, or host memory failed it: the store takes it
+                    problem = str(e)
+        return await self._save(record, "suspend"), problem
 
     @staticmethod
     def _saved(result: dict[str, Any]) -> dict[str, Any]:
@@ -57,16 +86,22 @@ class KernelOperations(OperationRunner):
 
     # -- suspend -------------------------------------------------------------------------
 
-    async def suspend(self, kernel_id: str, reason: str = "request") -> dict[str, Any]:
-        """Checkpoint, then end the process tree and free its GPUs; the kernel stays registered."""
+    async def suspend(self, kernel_id: str, reason: str = "request", mode: str | None = None) -> dict[str, Any]:
+        """Free the kernel's GPUs; it stays registered. ``mode`` (default: the policy's
+        ``release_mode``) ``"park"``: a checkpoint, then the CUDA driver moves its GPU memory
+        into host memory and the process stays (where the driver cannot, it is suspended
+        instead, and the event and notice say why); ``"suspend"``: a checkpoint (staged in host
+        memory where there is room), then its process tree is ended."""
         record = self.manager.record(kernel_id)
         provisioner = self.manager.provisioner(kernel_id)
         if provisioner is None:
             raise NotSuspendable(f"kernel {kernel_id} was not started with a gpuckpt kernelspec; "
                                  "it can be checkpointed but not suspended")
+        asked = mode is not None  # a refused park is worth a notice only when it was asked for
+        mode = mode or self.manager.release_mode(kernel_id)
         async with record.lock:
-            if record.state == State.SUSPENDED:
-                return self._result(kernel_id, "already suspended")
+            if record.state in (State.SUSPENDED, State.PARKED):
+                return self._result(kernel_id, f"already {record.state.value}")
             if record.state != State.RUNNING:
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
             self._check_store(record)
@@ -85,19 +120,58 @@ class KernelOperations(OperationRunner):
             async with self._run(record, "suspend", reason, State.CHECKPOINTING, safe_state) as op:
                 record.kernel_info = await self._kernel_info(kernel_id)
                 record.session = await self.manager.session_of(kernel_id)
-                result = await self._save(record, "suspend")
+                not_parked = await provisioner.park_problem() if mode == "park" else None
+                if mode == "park" and not_parked is None:
+                    result = await self._save(record, "suspend")  # where it resumes from if the node dies
+                    try:
+                        await provisioner.park()
+                    except ParkUnsupported as e:  # the driver refused this process: it runs on; suspend it
+                        not_parked = str(e)
+                    else:
+                        record.state = State.PARKED
+                        record.parked_at = time.time()
+                        op.done = {**self._saved(result), "gpus_released": gpus, "durability": DURABLE,
+                                   "mode": "park"}
+                        self.emit("suspend", {"kernel_id": kernel_id, "phase": "released", **op.done,
+                                              "seconds": time.time() - op.started})
+                if record.state != State.PARKED:
+                    result = await self._end(record, provisioner, op, gpus)
+                if not_parked is not None:
+                    op.done["not_parked"] = not_parked
+                    if asked:
+                        record.notice = f"The kernel could not be parked ({not_parked}); it was suspended instead."
                 idle = activity.idle_seconds(km)
                 record.last_activity = None if idle is None else time.time() - idle
-                survivors = await provisioner.suspend()
-                self.manager.note_placement(kernel_id)
-                record.state = State.SUSPENDED
-                record.suspended_at = time.time()
-                if survivors:
-                    record.notice = (f"{len(survivors)} process(es) of the kernel outlived the suspend and may "
-                                     f"still hold GPU memory, so its GPUs stay held: {', '.join(survivors)}")
-                op.done = {**self._saved(result), "gpus_released": 0 if survivors else gpus,
-                           "survivors": survivors}
+            durability = op.done["durability"]
+            if durability == STAGED:
+                self.manager.write_behind.start(record, result["id"])
+            else:
+                self.emit("suspend", {"kernel_id": kernel_id, "phase": "durable", "checkpoint_id": result["id"],
+                                      "bytes_written": result["bytes_written"], "seconds": time.time() - op.started})
             return self._result(kernel_id, "done")
+
+    async def _end(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner, op: Operation,
+                   gpus: int) -> dict[str, Any]:
+        """The suspend proper: checkpoint (staged where it can), end the process, free its GPUs."""
+        if provisioner.host_memory_shared:
+            result, not_staged = await self._stage(record)
+        else:
+            result, not_staged = await self._save(record, "suspend"), "the kernel runs on another host"
+        survivors = await provisioner.suspend()
+        self.manager.note_placement(record.kernel_id)
+        record.state = State.SUSPENDED
+        record.suspended_at = time.time()
+        if survivors:
+            record.notice = (f"{len(survivors)} process(es) of the kernel outlived the suspend and may "
+                             f"still hold GPU memory, so its GPUs stay held: {', '.join(survivors)}")
+        durability = record.last_checkpoint["durability"] if record.last_checkpoint else DURABLE
+        op.done = {**self._saved(result), "gpus_released": 0 if survivors else gpus, "survivors": survivors,
+                   "durability": durability, "mode": "suspend"}
+        if not_staged is not None:
+            op.done["not_staged"] = not_staged
+        self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "released", **op.done,
+                              "seconds": time.time() - op.started})
+        return result
 
     async def _kernel_info(self, kernel_id: str) -> dict[str, Any]:
         """The kernel's ``kernel_info`` reply, which the websocket answers with while it is away."""
@@ -115,12 +189,16 @@ class KernelOperations(OperationRunner):
     # -- resume --------------------------------------------------------------------------
 
     async def resume(self, kernel_id: str, reason: str = "request") -> dict[str, Any]:
-        """Relaunch a suspended kernel's process and restore its last checkpoint into it."""
+        """Unpark a parked kernel; or relaunch a suspended kernel's process and restore its
+        last checkpoint into it."""
         record = self.manager.record(kernel_id)
         provisioner = self.manager.provisioner(kernel_id)
         async with record.lock:
             if record.state == State.RUNNING:
                 return self._result(kernel_id, "already running")
+            if record.state == State.PARKED and provisioner is not None:
+                if await self._unpark(record, provisioner, reason):
+                    return self._result(kernel_id, "done")
             if record.state != State.SUSPENDED or provisioner is None or record.last_checkpoint is None:
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not suspended")
             checkpoint = record.last_checkpoint
@@ -131,20 +209,68 @@ class KernelOperations(OperationRunner):
 
             try:
                 async with self._run(record, "resume", reason, State.RESTORING, safe_state) as op:
-                    needs = GPUNeeds.of_manifest(await asyncio.to_thread(self.manager.store().read_manifest,
-                                                                         checkpoint["id"]))
+                    source = CheckpointStore(self._source(kernel_id, checkpoint["id"]))
+                    needs = GPUNeeds.of_manifest(await asyncio.to_thread(source.read_manifest, checkpoint["id"]))
                     await provisioner.resume(needs)
                     await self.manager.connection_changed(kernel_id)
                     report = await self._restore(record, checkpoint["id"], "resume")
                     record.state = State.RUNNING
                     record.suspended_at = None
                     self._tell(record, f"Resumed from checkpoint {report['id']}.", report)
-                    op.done = {"checkpoint_id": report["id"]}
+                    op.done = {"checkpoint_id": report["id"], "source": report["source"]}
                     record.back(None)
             finally:
                 provisioner.started()
+            await self.manager.write_behind.tidy(record)
             if report.get("cells_to_rerun") and self.manager.settings.rebuild_skipped == "always":
                 self.manager.tasks.start(f"rebuild {kernel_id}", self.rebuild(kernel_id, "resume"))
+            return self._result(kernel_id, "done")
+
+    async def _unpark(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner, reason: str) -> bool:
+        """Give a parked kernel its GPU memory back. If the driver cannot, the kernel is
+        suspended (its process ended; it has the checkpoint taken as it was parked) and
+        False says the caller must restore it."""
+
+        async def safe_state(message: str) -> tuple[State, str | None]:
+            return State.PARKED, f"the kernel could not be unparked: {message}"
+
+        try:
+            async with self._run(record, "resume", reason, State.RESTORING, safe_state) as op:
+                await provisioner.unpark()
+                record.state = State.RUNNING
+                record.parked_at = None
+                op.done = {"checkpoint_id": (record.last_checkpoint or {}).get("id", ""), "source": "park"}
+                record.back(None)
+            return True
+        except ParkFailed as e:
+            if e.state == "checkpointed":  # still parked, intact: it stays so, and says why
+                raise
+            await self._to_suspended(record, provisioner)
+            record.notice = (f"The kernel could not be unparked ({e}); it was restored from checkpoint "
+                             f"{(record.last_checkpoint or {}).get('id')} instead.")
+            return False
+
+    async def _to_suspended(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner) -> None:
+        """A parked kernel becomes a suspended one: it has its checkpoint, its process ends."""
+        await provisioner.suspend()
+        record.state = State.SUSPENDED
+        record.suspended_at = record.parked_at or time.time()
+        record.parked_at = None
+        self.manager.records.save()
+
+    async def convert(self, kernel_id: str, reason: str = "policy") -> dict[str, Any]:
+        """End a parked kernel's process, which frees the host memory its GPU state takes; it
+        is then suspended, resumable anywhere from the checkpoint taken as it was parked."""
+        record = self.manager.record(kernel_id)
+        provisioner = self.manager.provisioner(kernel_id)
+        async with record.lock:
+            if record.state != State.PARKED or provisioner is None:
+                raise WrongState(f"kernel {kernel_id} is {record.state.value}, not parked")
+            await self._to_suspended(record, provisioner)
+            self.emit("suspend", {"kernel_id": kernel_id, "phase": "released", "reason": reason,
+                                  "checkpoint_id": (record.last_checkpoint or {}).get("id", ""),
+                                  "durability": DURABLE, "mode": "suspend", "gpus_released": 0,
+                                  "was_parked": True})
             return self._result(kernel_id, "done")
 
     # -- rebuild -------------------------------------------------------------------------

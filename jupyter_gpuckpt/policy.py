@@ -14,7 +14,7 @@ from typing import Any
 from .lifecycle import State
 
 POLICY_FIELDS = ("idle_timeout", "gpu_utilization_threshold", "suspend_connected",
-                 "checkpoint_interval", "keep_checkpoints", "exempt")
+                 "checkpoint_interval", "keep_checkpoints", "exempt", "release_mode", "park_timeout")
 
 
 @dataclass
@@ -27,6 +27,10 @@ class Policy:
     checkpoint_interval: float
     keep_checkpoints: int
     exempt: bool = False
+    release_mode: str = "park"
+    """How a suspend frees the GPU: "park" (CUDA driver, process kept) where it can, else "suspend"."""
+    park_timeout: float = 3600.0
+    """A kernel parked this long is suspended (its process ended); 0 never."""
 
     def override(self, metadata: dict[str, Any]) -> Policy:
         """This policy with a kernelspec's ``metadata["gpuckpt"]`` applied."""
@@ -36,7 +40,11 @@ class Policy:
 
 
 def decide(policy: Policy, model: dict[str, Any], now: float) -> str | None:
-    """"suspend", "checkpoint" or None for a kernel's model (see ``CheckpointManager.model``)."""
+    """"suspend", "checkpoint", "convert" (a kernel parked for ``park_timeout`` is suspended)
+    or None for a kernel's model (see ``CheckpointManager.model``)."""
+    if model["state"] == State.PARKED.value:
+        parked = model.get("parked_for")
+        return "convert" if policy.park_timeout > 0 and parked is not None and parked >= policy.park_timeout else None
     if policy.exempt or model["state"] != State.RUNNING.value or model["execution_state"] == "busy":
         return None
     idle = model["idle_seconds"]

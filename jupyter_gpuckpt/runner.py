@@ -14,6 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import activity, kernel_calls
@@ -133,11 +134,20 @@ class OperationRunner:
     def _result(self, kernel_id: str, outcome: str) -> dict[str, Any]:
         return {**self.manager.model(kernel_id), "outcome": outcome}
 
+    def _source(self, kernel_id: str, checkpoint_id: str) -> Path:
+        """Where to read a checkpoint from: host memory when its staged copy is there and the
+        kernel runs on this host (no disk read), else the store."""
+        provisioner = self.manager.provisioner(kernel_id)
+        host = self.manager.host_memory
+        if provisioner is not None and provisioner.host_memory_shared and host.has(checkpoint_id):
+            return host.root
+        return self.manager.settings.store_root
+
     async def _restore(self, record: KernelRecord, checkpoint_id: str, event: str) -> dict[str, Any]:
-        report = await self._call(record, "restore", event, checkpoint_id=checkpoint_id,
-                                  store=str(self.manager.settings.store_root))
-        record.report = report
-        return report
+        source = self._source(record.kernel_id, checkpoint_id)
+        report = await self._call(record, "restore", event, checkpoint_id=checkpoint_id, store=str(source))
+        record.report = {**report, "source": "host memory" if source == self.manager.host_memory.root else "store"}
+        return record.report
 
     def _tell(self, record: KernelRecord, headline: str, report: dict[str, Any], notice: bool = False) -> None:
         """Keep the restore report for the notebook's next cell, and a notice for the panel when

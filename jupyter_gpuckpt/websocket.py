@@ -3,7 +3,7 @@
 While a kernel is away (suspended, being suspended or restored, or its process found dead)
 this connection answers what the frontend needs to stay connected (``kernel_info_request``,
 from the reply cached before the suspend) and holds every other message. An
-``execute_request`` to a suspended kernel starts the resume: the frontend sees the kernel
+``execute_request`` to a suspended (or parked) kernel starts the resume: the frontend sees the kernel
 ``busy`` (and ``resume`` events with progress), the checkpoint is restored, and the held
 messages then go to the restored kernel in their original order, so the cell runs against
 the restored state. If the kernel cannot be brought back, each held cell gets an error
@@ -174,7 +174,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
                 record = self._record()
                 if record is None:
                     return self._fail_held("the kernel was shut down")
-                if record.state == State.SUSPENDED:
+                if record.state in (State.SUSPENDED, State.PARKED):
                     # "busy", not "restarting": JupyterLab 4 drops a cell's pending reply and
                     # output on "restarting". The restore's progress goes out as events.
                     self._send_status_message("busy")

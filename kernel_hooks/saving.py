@@ -14,7 +14,15 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from gpuckpt_store import FORMAT_VERSION, BufferRecord, CheckpointStore, SaveError, SaveJournal, collect_leftovers
+from gpuckpt_store import (
+    FORMAT_VERSION,
+    BufferRecord,
+    CheckpointStore,
+    SaveError,
+    SaveJournal,
+    SaveTooLarge,
+    collect_leftovers,
+)
 
 from .blobs import PICKLE_CHUNK_BYTES, BlobStore, BlobWriter, ParallelIO, PickleStream
 from .blobs.buffers import BufferSink
@@ -93,7 +101,7 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
         total[0] = sum(spec.nbytes for spec in current.out.specs)
         pickle_hashes = current.stream.finish()
         sink.io.wait()
-        sink.writer.finish(sink.io)
+        sink.writer.finish(sink.io, wait=False)  # synced while the manifest is written
         records = [p.record() for p in current.out.pending]
         pickle_record = sink.writer.record(current.stream.count, pickle_hashes, PICKLE_CHUNK_BYTES)
     except OSError as e:
@@ -108,7 +116,7 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
 def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
                     kernel_id: str | None = None, kernelspec: str | None = None,
                     notebook: str | None = None, progress: ProgressCallback | None = None,
-                    session: KernelSession | None = None) -> SaveResult:
+                    session: KernelSession | None = None, max_bytes: int | None = None) -> SaveResult:
     """Checkpoint the kernel ``shell`` runs in; the kernel keeps running unchanged.
 
     Parameters
@@ -123,9 +131,13 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
         Called from I/O threads as bytes are hashed and written.
     session
         The process's :class:`KernelSession` (its last checkpoint becomes the parent).
+    max_bytes
+        At most this many new bytes may be written (a staged suspend's share of host memory).
 
     Raises
     ------
+    SaveTooLarge
+        It would have written more than ``max_bytes``; nothing was published.
     SaveError
         Nothing was published; the previous checkpoints are intact.
     """
@@ -140,20 +152,20 @@ def save_checkpoint(shell: Any, store: CheckpointStore | None = None, *,
         raise SaveError(f"cannot start a checkpoint in {store.base}: {e.strerror or e}") from e
     try:
         return _save(shell, store, journal, session, started, progress,
-                     {"kernel_id": kernel_id, "kernelspec": kernelspec, "notebook": notebook})
+                     {"kernel_id": kernel_id, "kernelspec": kernelspec, "notebook": notebook}, max_bytes)
     finally:
         journal.close()
 
 
 def _save(shell: Any, store: CheckpointStore, journal: SaveJournal, session: KernelSession, started: float,
-          progress: ProgressCallback | None, labels: dict[str, str | None]) -> SaveResult:
+          progress: ProgressCallback | None, labels: dict[str, str | None], max_bytes: int | None) -> SaveResult:
     """The save itself, while ``journal`` notes the blobs it publishes."""
     namespace = shell.user_ns
     variables = user_variables(namespace, shell.user_ns_hidden)
     state = kernel_state.capture(shell, session.baseline)
     rng_states = rng.capture()
     blobs = BlobStore(store.blobs_dir)
-    writer = BlobWriter(blobs, store.chunk_locations(), journal)
+    writer = BlobWriter(blobs, store.chunk_locations(), journal, limit=max_bytes)
     done = [0]
     total: list[int | None] = [None]
 
@@ -199,12 +211,14 @@ def _save(shell: Any, store: CheckpointStore, journal: SaveJournal, session: Ker
             "stats": {"bytes_total": bytes_total, "bytes_written": writer.bytes_written,
                       "seconds": round(time.perf_counter() - started, 3)},
         }
-        store.commit(manifest)
-    except BaseException:
+        store.commit(manifest, io.wait)
+    except BaseException as e:
         # Nothing was published: take back the blobs this save wrote (a full disk needs
         # them), once the I/O threads have stopped writing.
         io.close()
         writer.remove_created()
+        if writer.exceeded and not isinstance(e, SaveTooLarge):  # it surfaced wrapped, or as another error
+            raise SaveTooLarge(f"the checkpoint needs more than the {max_bytes} bytes it may take") from e
         raise
     finally:
         io.close()

@@ -34,7 +34,7 @@ def gpuckpt_config() -> dict[str, Any]:
 
 
 @pytest.fixture
-def jp_server_config(jp_data_dir: Path, gpuckpt_config: dict[str, Any]) -> Config:
+def jp_server_config(jp_data_dir: Path, gpuckpt_config: dict[str, Any], tmp_path: Path) -> Config:
     for name, override in ((KERNEL_NAME, None), (FAST_KERNEL_NAME, {"idle_timeout": 1.0})):
         spec = kernelspec_json(f"GPU checkpoint test ({name})")
         if override:
@@ -48,5 +48,6 @@ def jp_server_config(jp_data_dir: Path, gpuckpt_config: dict[str, Any]) -> Confi
         (folder / "kernel.json").write_text(json.dumps(kernelspec_json(f"Slurm test ({name})", slurm=slurm)))
     return Config({
         "ServerApp": {"jpserver_extensions": {"jupyter_gpuckpt": True}},
-        "GPUCheckpointApp": gpuckpt_config,
+        # each test stages in its own folder, not in the user's /dev/shm one
+        "GPUCheckpointApp": {"staging_root": str(tmp_path / "staging"), **gpuckpt_config},
     })

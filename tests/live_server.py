@@ -95,7 +95,7 @@ def running_server(base: Path, *args: str, app: str = "jupyter_server") -> Itera
     process = subprocess.Popen(
         [sys.executable, "-m", app, "--allow-root", "--no-browser", "--ip=127.0.0.1", "--port=0",
          f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={base / 'root'}",
-         "--GPUCheckpointApp.policy_interval=3600", *args],
+         "--GPUCheckpointApp.policy_interval=3600", f"--GPUCheckpointApp.staging_root={base / 'staging'}", *args],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         info_file = base / "runtime" / f"jpserver-{process.pid}.json"

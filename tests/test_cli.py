@@ -119,6 +119,10 @@ def test_checkpoint_suspend_resume_round_trip(server: Server, kernelspec: Path) 
     assert server.run(kernel_id, "print(answer)").strip() == "42"
     assert _ok(server.cli("resume", kernel_id)) == f"Kernel {kernel_id} is already running; nothing to resume.\n"
 
+    out = _ok(server.cli("suspend", kernel_id, "--mode", "park"))  # no CUDA driver here: suspended, and why
+    assert out.startswith(f"Suspended {kernel_id} in ") and "The kernel could not be parked (" in out
+    assert _state(server, kernel_id) == "suspended"
+
 
 def test_rebuild_reruns_what_a_resume_could_not_restore(server: Server, kernelspec: Path) -> None:
     kernel_id = server.start_kernel()
@@ -174,6 +178,10 @@ def test_doctor_reports_each_part(server: Server, kernelspec: Path) -> None:
     assert any(line.startswith("OK    kernelspec   python3-gpuckpt in ") for line in lines)
     assert any(line.startswith(f"OK    server       {server.url} runs the extension") for line in lines)
     assert any(f"{server.data_dir}/gpuckpt/signing.key (mode 0600)" in line for line in lines)
+    assert topics["host"] == "OK" and any(f"suspends stage in {server.root.parent / 'staging'}" in line
+                                          for line in lines)  # the server's own staging_root
+    park = next(line for line in lines if line.split()[1] == "park")
+    assert park.startswith("OK    park") or "kernels are suspended, not parked: " in park  # and why
 
 
 def test_progress_is_shown_on_a_terminal(server: Server, kernelspec: Path) -> None:

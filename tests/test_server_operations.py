@@ -43,9 +43,12 @@ async def test_a_shut_down_suspended_kernel_is_forgotten(jp_fetch, jp_serverapp)
     assert kernel_id not in json.loads(ledger.read_text())  # not registered again after a restart
     assert app.manager.records.get(kernel_id) is None
     assert kernel_id not in app.manager.watcher.watching()  # its IOPub watcher is closed
-    # its checkpoints stay until retention removes them
+    # its checkpoints stay until retention removes them: the staged one is still written to the
+    # store, and its copy in host memory then goes
+    await app.manager.write_behind.durable(model["last_checkpoint"]["id"])
     store = Path(app.store_root) / getpass.getuser() / "checkpoints"
     assert (store / model["last_checkpoint"]["id"] / "manifest.json").exists()
+    assert app.manager.host_memory.ids() == []
 
 
 async def test_a_checkpoint_a_suspended_kernel_needs_cannot_be_deleted(jp_fetch, jp_serverapp):
@@ -53,6 +56,7 @@ async def test_a_checkpoint_a_suspended_kernel_needs_cannot_be_deleted(jp_fetch,
     await run(jp_serverapp, kernel_id, "kept = 'here'")
     older = (await api(jp_fetch, "kernels", kernel_id, "checkpoint", method="POST", wait="1"))["last_checkpoint"]
     needed = (await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1"))["last_checkpoint"]
+    await _app(jp_serverapp).manager.write_behind.durable(needed["id"])  # till then, the older one is its fallback
 
     code, message = await _error(api(jp_fetch, "checkpoints", needed["id"], method="DELETE"))
     assert code == 409
@@ -114,8 +118,9 @@ async def test_shutting_down_a_kernel_whose_resume_failed(jp_fetch, jp_serverapp
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, "x = 1")
     checkpoint = (await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1"))["last_checkpoint"]
-    blobs = Path(app.store_root) / getpass.getuser() / "blobs"
-    shutil.rmtree(blobs)  # the checkpoint's data is gone
+    await app.manager.write_behind.durable(checkpoint["id"])
+    for root in (Path(app.store_root), app.manager.host_memory.root):  # the checkpoint's data is gone
+        shutil.rmtree(root / getpass.getuser() / "blobs")
 
     code, message = await _error(api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1"))
     assert code == 500 and "missing" in message
@@ -188,7 +193,8 @@ async def test_a_server_stop_cancels_background_work_into_a_safe_state(one_test_
     app = _app(jp_serverapp)
     waiting = await start_kernel(jp_fetch)
     await run(jp_serverapp, waiting, "kept = 7")
-    await api(jp_fetch, "kernels", waiting, "suspend", method="POST", wait="1")
+    checkpoint = (await api(jp_fetch, "kernels", waiting, "suspend", method="POST", wait="1"))["last_checkpoint"]
+    await app.manager.write_behind.durable(checkpoint["id"])
     holder = await start_kernel(jp_fetch, KERNEL_NAME)  # takes the only GPU
     assert (await api(jp_fetch, "kernels", holder))["gpus"]
 

@@ -19,7 +19,7 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado import web
 from traitlets import Unicode
 
-from ..errors import PlacementError, Unplaceable
+from ..errors import ParkFailed, ParkUnsupported, PlacementError, Unplaceable
 from ..gpus import GPU
 
 PLACEMENTS = "jupyter_gpuckpt.placements"
@@ -127,6 +127,10 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     jupyter_client's restarter does not start it again and again; the failover reports it."""
     outlives_server = False
     """Whether the kernel keeps running when this server stops (it is adopted at restart)."""
+    host_memory_shared = True
+    """Whether every run of the kernel is on the server's host, so a suspend can stage its
+    state in host memory (written to the store by the server afterwards) and a resume can
+    read it back from there."""
     store_root: ClassVar[Path | None] = None
     """The server's checkpoint store, set by the extension as it starts: where a kernel that
     checkpoints itself (told to end by its placement) writes."""
@@ -172,6 +176,34 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     def started(self) -> None:
         """The resume is over (done or failed): jupyter_client's restarter watches again."""
         self.starting = False
+
+    async def park_problem(self) -> str | None:
+        """Why this kernel cannot be parked (None: it can try). Placements that can park
+        (the CUDA driver checkpoints the running process in place) override the park methods."""
+        return f"{type(self).__name__} kernels cannot be parked"
+
+    async def park(self) -> None:
+        """Move the running kernel's GPU memory into host memory with the CUDA driver and free
+        its GPUs; the process stays alive.
+
+        Raises
+        ------
+        ParkUnsupported
+            The driver cannot park this process (it keeps running on its GPUs).
+        ParkFailed
+            The park failed; ``state`` says whether it still runs.
+        """
+        raise ParkUnsupported(await self.park_problem() or "this kernel cannot be parked")
+
+    async def unpark(self) -> None:
+        """Give a parked kernel its GPUs and GPU memory back (waiting for its GPUs if lent).
+
+        Raises
+        ------
+        ParkFailed
+            It could not be given back; ``state`` says whether it is still parked.
+        """
+        raise ParkFailed("this kernel was never parked")
 
     def departure(self) -> Departure | None:
         """Why the last run ended without being asked (read once, by the failover)."""

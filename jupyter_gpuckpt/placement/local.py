@@ -19,6 +19,8 @@ from typing import Any
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Float, Int
 
+from .. import parking
+from ..errors import ParkFailed
 from ..gpus import GPU, GPUPool
 from ..processes import TAG, end_kernel_tree, ended
 from .contract import START_SUSPENDED, GPUCheckpointProvisioner, GPUNeeds, Location
@@ -46,6 +48,8 @@ class LocalPlacement(GPUCheckpointProvisioner, LocalProvisioner):
                                                 "before SIGKILL.")
 
     _launch: tuple[list[str], dict[str, Any]] | None = None
+    _parked_gpus: list[str] = []
+    """UUIDs of the GPUs a parked kernel left: the driver puts its memory back on them."""
 
     @property
     def has_process(self) -> bool:
@@ -67,20 +71,58 @@ class LocalPlacement(GPUCheckpointProvisioner, LocalProvisioner):
             return int(self.gpus)
         return 1 if self.pool.gpus else 0
 
-    async def _take_gpus(self, env: dict[str, str]) -> None:
-        wanted = self._wanted()
+    async def _take_gpus(self, env: dict[str, str], uuids: list[str] | None = None) -> None:
+        wanted = len(uuids) if uuids else self._wanted()
         if wanted == 0:
             return
 
         def note_wait(count: int, free: int) -> None:
-            self.waiting = f"waiting for {count} GPU(s); {free} free"
+            self.waiting = (f"waiting for its GPU(s) {', '.join(uuids)}, lent while it was parked" if uuids
+                            else f"waiting for {count} GPU(s); {free} free")
             self.log.warning("Kernel %s is %s", self.kernel_id, self.waiting)
 
         try:
-            gpus = await self.pool.acquire(self.kernel_id, wanted, note_wait)
+            gpus = await self.pool.acquire(self.kernel_id, wanted, note_wait, uuids=uuids or ())
         finally:
             self.waiting = None
         env["CUDA_VISIBLE_DEVICES"] = ",".join(g.uuid for g in gpus)
+
+    # -- park ----------------------------------------------------------------------------
+
+    def _kernel_python(self) -> tuple[str, dict[str, Any]]:
+        """The kernel's own Python (whose environment has cuda-bindings, not the server's)
+        and its environment (its GPUs visible, as the driver needs them to unpark)."""
+        assert self._launch is not None, "a kernel is parked only after it was launched"
+        cmd, kwargs = self._launch
+        return cmd[0], kwargs["env"]
+
+    async def park_problem(self) -> str | None:
+        if not self._runs():
+            return "the kernel's process is not running"
+        python, env = self._kernel_python()
+        problem = await parking.park_support(python, env)
+        if problem is None and not self.pool.held_by(self.kernel_id):
+            return "the kernel holds no GPU"
+        return problem
+
+    async def park(self) -> None:
+        python, env = self._kernel_python()
+        assert self.process is not None
+        await parking.park(self.process.pid, python, env)
+        self._parked_gpus = [g.uuid for g in self.pool.held_by(self.kernel_id)]
+        await self.pool.release(self.kernel_id)
+
+    async def unpark(self) -> None:
+        python, env = self._kernel_python()
+        assert self.process is not None
+        await self._take_gpus({}, self._parked_gpus)
+        try:
+            await parking.unpark(self.process.pid, python, env)
+        except ParkFailed as e:
+            if e.state == "checkpointed":  # still parked: its GPUs go back to the pool
+                await self.pool.release(self.kernel_id)
+            raise
+        self._parked_gpus = []
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         kwargs = await super().pre_launch(**kwargs)

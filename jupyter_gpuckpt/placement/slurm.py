@@ -78,6 +78,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
                                              "<store>/<user>/jobs (the store must be on a shared file system).")
 
     outlives_server = True
+    host_memory_shared = False  # a job's node is not the server's, nor is the next job's
     job_id: str | None = None
     node: str | None = None
     run = 0

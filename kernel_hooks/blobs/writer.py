@@ -8,7 +8,7 @@ import threading
 
 import blake3
 
-from gpuckpt_store import BufferRecord, SaveJournal
+from gpuckpt_store import BufferRecord, SaveJournal, SaveTooLarge
 
 from .folder import BlobStore
 from .packs import Pack
@@ -24,11 +24,12 @@ class BlobWriter:
 
     ``known`` maps the chunks the owner's checkpoints already hold to ``(blob, offset)``;
     those are not written again. ``journal`` (the save's) is told of every blob published,
-    so the blobs of a save that dies before its manifest are found and removed.
+    so the blobs of a save that dies before its manifest are found and removed. ``limit``
+    bounds the bytes written: a chunk beyond it raises :class:`SaveTooLarge`.
     """
 
     def __init__(self, blobs: BlobStore, known: dict[str, tuple[str, int]] | None = None,
-                 journal: SaveJournal | None = None) -> None:
+                 journal: SaveJournal | None = None, limit: int | None = None) -> None:
         self.blobs = blobs
         self.known = known or {}
         self.journal = journal
@@ -38,7 +39,12 @@ class BlobWriter:
         """Blobs this save published, with their mtime (ns): what a failed save takes back."""
         self.bytes_written = 0
         self.bytes_reused = 0
+        self.limit = limit
+        self.exceeded = False
+        """Whether a chunk was refused for ``limit`` (whatever error it then became)."""
         self._claimed: set[str] = set()
+        self._publishing: set[Pack] = set()
+        """Packs :meth:`finish` is publishing on I/O threads."""
         self._lock = threading.Lock()
         self._local = threading.local()
 
@@ -75,6 +81,9 @@ class BlobWriter:
             if digest in self.known or digest in self._claimed:
                 self.bytes_reused += nbytes
                 return False
+            if self.limit is not None and self.bytes_written + nbytes > self.limit:
+                self.exceeded = True
+                raise SaveTooLarge(f"the checkpoint needs more than the {self.limit} bytes it may take")
             self._claimed.add(digest)
             self.bytes_written += nbytes
             return True
@@ -123,20 +132,29 @@ class BlobWriter:
             with self._lock:  # packs are published from several I/O threads
                 self.journal.add(blob)
 
-    def finish(self, io: ParallelIO | None = None) -> None:
+    def finish(self, io: ParallelIO | None = None, *, wait: bool = True) -> None:
         """Publish every pack not published yet (on ``io``'s threads if given). Call it
-        once all chunks are written and before a manifest refers to them."""
+        once all chunks are written and before a manifest refers to them.
+
+        With ``wait`` False (and ``io``) it returns at once, and chunks are located in the
+        packs being published (:meth:`locate`): the manifest can be written while their
+        data is synced, and ``io.wait()`` must return before it is published."""
         for pack in list(self.packs):
             if pack.name is None:
                 if io is None:
                     self.publish(pack)
                 else:
+                    with self._lock:
+                        self._publishing.add(pack)
                     io.submit(self.publish, pack)
-        if io is not None:
+        if io is not None and wait:
             io.wait()
 
     def forget(self, pack: Pack) -> None:
-        """Drop ``pack`` and the chunks in it (a pickling pass that was abandoned)."""
+        """Drop ``pack`` and the chunks in it (a pickling pass that was abandoned), unless
+        :meth:`finish` is publishing it (the pass that succeeded)."""
+        if pack in self._publishing:
+            return
         pack.discard()
         with self._lock:
             if pack not in self.packs:
@@ -155,7 +173,9 @@ class BlobWriter:
             return self.known[digest]
         pack, offset = hit
         if pack.name is None:
-            raise RuntimeError("a chunk's pack is not published yet")
+            if pack not in self._publishing:
+                raise RuntimeError("a chunk's pack is not published yet")
+            return pack.final_name(), offset
         return pack.name, offset
 
     def record(self, nbytes: int, hashes: list[str], chunk: int = 0) -> BufferRecord:

@@ -58,10 +58,13 @@ def _text(args: dict[str, Any], name: str) -> str | None:
 
 
 def save(shell: Any, args: dict[str, Any], progress: _Progress) -> dict[str, Any]:
-    """Checkpoint this kernel; :meth:`SaveResult.to_json`."""
+    """Checkpoint this kernel (at most ``max_bytes`` new bytes, if given); :meth:`SaveResult.to_json`."""
+    max_bytes = args.get("max_bytes")
+    if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
+        raise TypeError("max_bytes must be a non-negative integer")
     return save_checkpoint(shell, CheckpointStore(_text(args, "store")), kernel_id=_text(args, "kernel_id"),
                            kernelspec=_text(args, "kernelspec"), notebook=_text(args, "notebook"),
-                           progress=progress).to_json()
+                           progress=progress, max_bytes=max_bytes).to_json()
 
 
 def restore(shell: Any, args: dict[str, Any], progress: _Progress) -> dict[str, Any]:

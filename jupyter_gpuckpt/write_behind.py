@@ -1,0 +1,163 @@
+"""The write-behind of staged suspends: a staged checkpoint made durable after the GPU is free.
+
+For each staged checkpoint the server runs ``python -m kernel_hooks.write_behind`` (a
+process of its own, so the server never imports the engine and a writer can be killed
+cleanly), follows its progress, and retries it until the checkpoint is in the store: a
+failed or killed writer leaves the staged copy and every durable checkpoint as they were.
+A server stopped meanwhile kills its writers; the next one starts them again from the
+ledger (:meth:`WriteBehind.resume_pending`).
+
+Events (``suspend``): ``writing`` (bytes of the durable write), ``write_failed`` (the
+reason, and when it is tried again), ``durable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from gpuckpt_store import list_checkpoints
+
+from .events import Emit
+from .lifecycle import AWAY, KernelRecord
+
+if TYPE_CHECKING:
+    from .manager import CheckpointManager
+
+RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+"""Waits between attempts; the last repeats."""
+STAGED = "staged"
+DURABLE = "durable"
+
+
+class WriteBehind:
+    """Runs and retries the durable writes of one manager's staged checkpoints."""
+
+    def __init__(self, manager: CheckpointManager, emit: Emit, python: str = sys.executable) -> None:
+        self.manager = manager
+        self.emit = emit
+        self.python = python
+        self._writing: dict[str, asyncio.Task[Any]] = {}
+        """By checkpoint id."""
+
+    def start(self, record: KernelRecord, checkpoint_id: str) -> None:
+        """Make ``checkpoint_id`` (staged, of ``record``'s kernel) durable in the background."""
+        task = self._writing.get(checkpoint_id)
+        if task is None or task.done():
+            self._writing[checkpoint_id] = self.manager.tasks.start(
+                f"write-behind {checkpoint_id} of {record.kernel_id}", self._write(record, checkpoint_id))
+
+    def resume_pending(self) -> None:
+        """After a server restart: write what a stopped server left staged."""
+        for record in self.manager.records:
+            last = record.last_checkpoint or {}
+            if last.get("durability") == STAGED:
+                self.start(record, last["id"])
+
+    async def durable(self, checkpoint_id: str) -> None:
+        """Wait until ``checkpoint_id``'s write-behind has ended (tests, the benchmark)."""
+        task = self._writing.get(checkpoint_id)
+        if task is not None:
+            await asyncio.shield(task)
+
+    # -- one checkpoint ------------------------------------------------------------------
+
+    async def _write(self, record: KernelRecord, checkpoint_id: str) -> None:
+        host = self.manager.host_memory
+        attempt = 0
+        started = time.monotonic()
+        try:
+            while True:
+                if not host.has(checkpoint_id):
+                    if checkpoint_id not in await asyncio.to_thread(self.manager.store().ids):
+                        self._lost(record, checkpoint_id)
+                        return
+                    result: dict[str, Any] = {}  # a writer finished it, and its server stopped before it heard
+                    break
+                attempt += 1
+                result, error = await self._attempt(record, checkpoint_id)
+                if error is None:
+                    break
+                wait = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS)) - 1]
+                record.write_behind = {"checkpoint_id": checkpoint_id, "attempts": attempt, "error": error}
+                self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "write_failed",
+                                      "checkpoint_id": checkpoint_id, "error": error, "retry_in": wait})
+                await asyncio.sleep(wait)
+        finally:
+            self._writing.pop(checkpoint_id, None)
+        record.write_behind = None
+        if (record.last_checkpoint or {}).get("id") == checkpoint_id:
+            record.last_checkpoint = {**(record.last_checkpoint or {}), "durability": DURABLE}
+        record.durable_checkpoint = checkpoint_id
+        self.manager.records.save()
+        self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "durable", "checkpoint_id": checkpoint_id,
+                              "bytes_written": int(result.get("bytes_written", 0)),
+                              "seconds": time.monotonic() - started})
+        await self.tidy(record)
+        await self.manager.prune(record.kernel_id)
+
+    async def _attempt(self, record: KernelRecord, checkpoint_id: str) -> tuple[dict[str, Any], str | None]:
+        """Run one writer process to its end: its last line, and the error if it failed."""
+        settings = self.manager.settings
+        process = await asyncio.create_subprocess_exec(
+            self.python, "-m", "kernel_hooks.write_behind", "--staged", str(self.manager.host_memory.root),
+            "--store", str(settings.store_root), "--checkpoint", checkpoint_id,
+            "--bandwidth", str(settings.write_behind_bandwidth),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        last: dict[str, Any] = {}
+        try:
+            assert process.stdout is not None and process.stderr is not None
+            async for line in process.stdout:
+                try:
+                    last = json.loads(line)
+                except ValueError:
+                    continue
+                if "done" in last:
+                    record.write_behind = {"checkpoint_id": checkpoint_id, "bytes_done": last["done"],
+                                           "bytes_total": last["total"]}
+                    self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "writing",
+                                          "checkpoint_id": checkpoint_id, "bytes_done": int(last["done"]),
+                                          "bytes_total": int(last["total"])})
+            errors = (await process.stderr.read()).decode(errors="replace").strip()
+            code = await process.wait()
+        except BaseException:  # the server stops: the next one writes it again
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            raise
+        if last.get("ok"):
+            return last, None
+        if "error" in last:
+            return last, str(last["error"])
+        tail = errors.splitlines()[-1] if errors else "no output"
+        return last, f"the writer process ended with code {code} before it finished ({tail})"
+
+    def _lost(self, record: KernelRecord, checkpoint_id: str) -> None:
+        """The staged copy is gone before it was written (host memory was cleared: a reboot).
+        The kernel falls back to its last durable checkpoint, and says so."""
+        record.write_behind = None
+        if (record.last_checkpoint or {}).get("id") != checkpoint_id:
+            return
+        durable = record.durable_checkpoint
+        record.last_checkpoint = {"id": durable, "durability": DURABLE, "time": None} if durable else None
+        record.notice = (f"The staged checkpoint {checkpoint_id} was lost before it reached the store "
+                         f"(host memory was cleared); " + (f"the kernel resumes from {durable}, its last "
+                                                            "durable checkpoint." if durable else
+                                                            "there is no earlier checkpoint to resume from."))
+        self.manager.records.save()
+        self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "write_failed", "checkpoint_id": checkpoint_id,
+                              "error": record.notice})
+
+    async def tidy(self, record: KernelRecord) -> None:
+        """Drop the kernel's staged copies that are durable and that no resume needs now
+        (a suspended kernel keeps its copy, for a resume from memory; a shut down one keeps none)."""
+        host = self.manager.host_memory
+        kept = record.state in AWAY and self.manager.records.get(record.kernel_id) is record
+        keep = (record.last_checkpoint or {}).get("id") if kept else None
+        staged = await asyncio.to_thread(list_checkpoints, host.store())
+        for info in staged:
+            if info.kernel_id == record.kernel_id and info.id != keep and info.id not in self._writing:
+                await asyncio.to_thread(host.drop, info.id)

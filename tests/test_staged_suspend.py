@@ -1,0 +1,223 @@
+"""Staged suspends: the kernel's state goes to host memory, the process ends, and the server
+writes the checkpoint to the store afterwards. Real server, real kernels, real writer processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from live_server import KERNEL_NAME, running_server
+from server_fixtures import api, run, start_kernel
+
+from gpuckpt_store import CheckpointStore
+from jupyter_gpuckpt import events
+from jupyter_gpuckpt.host_memory import default_root, parse_limit, physical_memory
+from jupyter_gpuckpt.kernelspec import kernelspec_json
+
+STATE = "import numpy as np\nrng = np.random.default_rng(7)\nweights = rng.random(2_500_000)\nnote = 'kept'"
+"""20 MB of state that does not compress, and a string."""
+CHECK = "print(round(float(weights.sum()), 6), note)"
+SLOW = {"policy_interval": 3600.0, "write_behind_bandwidth": 4e6}
+"""About 5 s to write the state: long enough to watch the write-behind at work."""
+
+
+@pytest.fixture
+def suspend_events(jp_serverapp: Any) -> Iterator[list[dict[str, Any]]]:
+    """Every suspend and resume event the server emits during the test, in order."""
+    seen: list[dict[str, Any]] = []
+
+    async def listener(logger: Any, schema_id: str, data: dict[str, Any]) -> None:
+        seen.append({"event": schema_id.split("/")[-2], **data})
+
+    ids = (events.schema_id("suspend"), events.schema_id("resume"))
+    for schema in ids:
+        jp_serverapp.event_logger.add_listener(schema_id=schema, listener=listener)
+    yield seen
+    for schema in ids:
+        jp_serverapp.event_logger.remove_listener(schema_id=schema, listener=listener)
+
+
+def _stores(jp_serverapp: Any) -> tuple[CheckpointStore, CheckpointStore]:
+    app = jp_serverapp.web_app.settings["gpuckpt_app"]
+    return CheckpointStore(app.store_root), CheckpointStore(app.staging_root)
+
+
+def _pid_alive(pid: int) -> bool:
+    return psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+
+
+async def _until(predicate: Any, timeout: float = 60, what: str = "the condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not await predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.1)
+
+
+async def _durable(jp_fetch: Any, kernel_id: str, timeout: float = 60) -> dict[str, Any]:
+    model: dict[str, Any] = {}
+
+    async def durable() -> bool:
+        nonlocal model
+        model = await api(jp_fetch, "kernels", kernel_id)
+        return bool(model["last_checkpoint"]) and model["last_checkpoint"]["durability"] == "durable"
+
+    await _until(durable, timeout, "the write-behind")
+    return model
+
+
+def _writers(checkpoint_id: str) -> list[psutil.Process]:
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "kernel_hooks.write_behind" in cmdline and checkpoint_id in cmdline:
+            found.append(process)
+    return found
+
+
+@pytest.mark.parametrize("gpuckpt_config", [SLOW])
+async def test_the_process_ends_before_the_state_is_durable_and_resume_reads_host_memory(
+        jp_fetch, jp_serverapp, suspend_events, gpuckpt_config):
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, STATE)
+    expected = await run(jp_serverapp, kernel_id, CHECK)
+    pid = int(await run(jp_serverapp, kernel_id, "import os; print(os.getpid())"))
+    store, staging = _stores(jp_serverapp)
+
+    model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    checkpoint_id = model["last_checkpoint"]["id"]
+    assert model["state"] == "suspended" and model["last_checkpoint"]["durability"] == "staged"
+    assert not _pid_alive(pid)
+    assert checkpoint_id in staging.ids() and checkpoint_id not in store.ids()  # in memory only, for now
+    listed = await api(jp_fetch, "kernels", kernel_id, "checkpoints")
+    assert [(c["id"], c["durability"]) for c in listed] == [(checkpoint_id, "staged")]
+
+    # resumed before its write-behind ends: the state can only have come from host memory
+    model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    assert model["state"] == "running" and model["report"]["source"] == "host memory"
+    assert checkpoint_id not in store.ids()
+    assert await run(jp_serverapp, kernel_id, CHECK) == expected
+
+    model = await _durable(jp_fetch, kernel_id)
+    assert checkpoint_id in store.ids()
+    store.read_manifest(checkpoint_id)  # signed, and by this owner
+    await _until(lambda: asyncio.sleep(0, checkpoint_id not in staging.ids()), 10, "the staged copy to go")
+
+    phases = [e["phase"] for e in suspend_events if e["event"] == "suspend"]
+    assert phases[0] == "started" and phases[-1] == "durable"
+    assert phases.index("released") < phases.index("done") < phases.index("durable")
+    assert "writing" in phases  # the write reported its bytes
+    released = next(e for e in suspend_events if e["phase"] == "released")
+    assert released["durability"] == "staged" and released["checkpoint_id"] == checkpoint_id
+
+
+@pytest.mark.parametrize("gpuckpt_config", [SLOW])
+async def test_a_killed_writer_keeps_the_staged_copy_and_the_previous_checkpoint_then_the_write_completes(
+        jp_fetch, jp_serverapp, suspend_events, gpuckpt_config):
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, STATE)
+    previous = (await api(jp_fetch, "kernels", kernel_id, "checkpoint", method="POST", wait="1"))["last_checkpoint"]
+    await run(jp_serverapp, kernel_id, "weights = rng.random(2_500_000)\nnote = 'changed'")
+    expected = await run(jp_serverapp, kernel_id, CHECK)
+    store, staging = _stores(jp_serverapp)
+
+    model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    checkpoint_id = model["last_checkpoint"]["id"]
+
+    async def writing() -> bool:
+        model = await api(jp_fetch, "kernels", kernel_id)
+        return bool(model["write_behind"]) and model["write_behind"].get("bytes_done", 0) > 0
+
+    await _until(writing, 30, "the writer to write")
+    [writer] = _writers(checkpoint_id)
+    os.kill(writer.pid, signal.SIGKILL)
+
+    async def failed() -> bool:
+        return any(e["phase"] == "write_failed" for e in suspend_events)
+
+    await _until(failed, 30, "the failed write to be reported")
+    assert checkpoint_id in staging.ids() and checkpoint_id not in store.ids()
+    manifest = store.read_manifest(previous["id"])  # the previous checkpoint is whole
+    assert all((store.blobs_dir / blob).is_file() for buffer in manifest["buffers"] for blob in buffer["blobs"])
+    failure = next(e for e in suspend_events if e["phase"] == "write_failed")
+    assert "code -9" in failure["error"] and failure["retry_in"] > 0
+
+    await _durable(jp_fetch, kernel_id)
+    leftovers = [p.name for p in store.blobs_dir.iterdir() if p.name.startswith(".tmp-")]
+    assert leftovers == []  # the next attempt collected what the killed writer left
+    model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    assert model["state"] == "running"
+    assert await run(jp_serverapp, kernel_id, CHECK) == expected
+
+
+@pytest.mark.parametrize("gpuckpt_config", [{"policy_interval": 3600.0, "host_memory_limit": "1M"}])
+async def test_a_state_over_the_host_memory_limit_goes_straight_to_the_store(
+        jp_fetch, jp_serverapp, suspend_events, gpuckpt_config):
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, STATE)
+    expected = await run(jp_serverapp, kernel_id, CHECK)
+    store, staging = _stores(jp_serverapp)
+
+    model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    checkpoint_id = model["last_checkpoint"]["id"]
+    assert model["last_checkpoint"]["durability"] == "durable" and checkpoint_id in store.ids()
+    assert staging.ids() == [] and list(staging.blobs_dir.iterdir()) == []  # the staged attempt took its bytes back
+    released = next(e for e in suspend_events if e["phase"] == "released")
+    assert released["durability"] == "durable" and "more than" in released["not_staged"]
+    phases = [e["phase"] for e in suspend_events if e["event"] == "suspend"]
+    assert phases[-3:] == ["released", "done", "durable"]
+
+    model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    assert model["report"]["source"] == "store"
+    assert await run(jp_serverapp, kernel_id, CHECK) == expected
+
+
+def test_a_server_restarted_during_the_write_behind_finishes_it(tmp_path: Path) -> None:
+    folder = tmp_path / "data" / "kernels" / KERNEL_NAME
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(json.dumps(kernelspec_json("staged restart test", gpus=0)))
+    args = ("--GPUCheckpointApp.write_behind_bandwidth=2e6",)  # about 10 s to write
+    with running_server(tmp_path, *args) as server:
+        kernel_id = server.start_kernel()
+        server.run(kernel_id, STATE)
+        expected = server.run(kernel_id, CHECK)
+        model = server.api("POST", f"api/gpuckpt/kernels/{kernel_id}/suspend?wait=1")
+        checkpoint_id = model["last_checkpoint"]["id"]
+        assert model["last_checkpoint"]["durability"] == "staged"
+        deadline = time.monotonic() + 30
+        while not (server.api("GET", f"api/gpuckpt/kernels/{kernel_id}")["write_behind"] or {}).get("bytes_done"):
+            assert time.monotonic() < deadline, "the write-behind did not start"
+            time.sleep(0.1)
+    assert _writers(checkpoint_id) == []  # the stopped server ended its writer mid-write
+    store = CheckpointStore(tmp_path / "data" / "gpuckpt" / "store")
+    assert checkpoint_id not in store.ids()
+
+    with running_server(tmp_path) as server:
+        deadline = time.monotonic() + 60
+        model: dict[str, Any] = {}
+        while (model.get("last_checkpoint") or {}).get("durability") != "durable":
+            assert time.monotonic() < deadline, model
+            time.sleep(0.2)
+            kernels = {k["id"]: k for k in server.api("GET", "api/gpuckpt/kernels")}  # registered again yet?
+            model = kernels.get(kernel_id, {})
+        assert model["state"] == "suspended"
+        assert checkpoint_id in store.ids()
+        assert server.api("POST", f"api/gpuckpt/kernels/{kernel_id}/resume?wait=1")["state"] == "running"
+        assert server.run(kernel_id, CHECK) == expected
+
+
+def test_host_memory_sizes_and_the_default_place() -> None:
+    assert parse_limit("512M") == 512 << 20 and parse_limit("8GiB") == 8 << 30 and parse_limit("1000") == 1000
+    assert parse_limit("25%") == physical_memory() // 4
+    assert parse_limit("0") == 0
+    for bad in ("lots", "150%", "-1G"):
+        with pytest.raises(ValueError, match="size|at most"):
+            parse_limit(bad)
+    assert default_root().parent == Path("/dev/shm")  # memory: gone with the node, never on a disk

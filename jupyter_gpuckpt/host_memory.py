@@ -71,9 +71,10 @@ class HostMemory:
         if self.limit <= 0:
             return "staging is turned off (GPUCheckpointApp.host_memory_limit is 0)"
         try:
-            self.store().prepare()
-            if self.root.stat().st_uid != os.getuid():  # /dev/shm is shared: a planted folder
+            # /dev/shm is shared by every user: a folder planted there under this name is not used
+            if self.root.exists() and self.root.lstat().st_uid != os.getuid():
                 return f"{self.root} belongs to another user"
+            self.store().prepare()
         except SaveError as e:
             return str(e)
         except OSError as e:

@@ -4,6 +4,7 @@ writes the checkpoint to the store afterwards. Real server, real kernels, real w
 from __future__ import annotations
 
 import asyncio
+import getpass
 import json
 import os
 import signal
@@ -19,7 +20,7 @@ from server_fixtures import api, run, start_kernel
 
 from gpuckpt_store import CheckpointStore
 from jupyter_gpuckpt import events
-from jupyter_gpuckpt.host_memory import default_root, parse_limit, physical_memory
+from jupyter_gpuckpt.host_memory import HostMemory, default_root, parse_limit, physical_memory
 from jupyter_gpuckpt.kernelspec import kernelspec_json
 
 STATE = "import numpy as np\nrng = np.random.default_rng(7)\nweights = rng.random(2_500_000)\nnote = 'kept'"
@@ -211,6 +212,18 @@ def test_a_server_restarted_during_the_write_behind_finishes_it(tmp_path: Path) 
         assert checkpoint_id in store.ids()
         assert server.api("POST", f"api/gpuckpt/kernels/{kernel_id}/resume?wait=1")["state"] == "running"
         assert server.run(kernel_id, CHECK) == expected
+
+
+def test_a_staging_folder_another_user_planted_is_not_used(tmp_path: Path) -> None:
+    planted = tmp_path / "jupyter-gpuckpt-victim"
+    planted.mkdir()
+    os.chown(planted, 65534, 65534)  # nobody's (the tests run as root, which may do this)
+    assert HostMemory(planted, 1 << 30).problem() == f"{planted} belongs to another user"
+    assert list(planted.iterdir()) == []  # and nothing was made in it
+    assert HostMemory(tmp_path / "mine", 0).problem() == (
+        "staging is turned off (GPUCheckpointApp.host_memory_limit is 0)")
+    assert HostMemory(tmp_path / "mine", 1 << 30).problem() is None
+    assert oct((tmp_path / "mine" / getpass.getuser()).stat().st_mode & 0o777) == oct(0o700)  # private
 
 
 def test_host_memory_sizes_and_the_default_place() -> None:

@@ -247,12 +247,16 @@ class GPUCheckpointApp(ExtensionApp):
         await self._convert_parked_over_limit()
 
     async def _convert_parked_over_limit(self) -> None:
-        """Parked kernels' GPU state lies in host memory: past ``host_memory_limit``, the
-        longest parked are suspended (their processes ended) until the rest fit."""
+        """Parked kernels' GPU state lies in host memory, beside the staged copies: past
+        ``host_memory_limit`` (when set: "0" turns staging off, not parking), the longest
+        parked are suspended (their processes ended) until the rest fit."""
+        limit = self.manager.host_memory.limit
         parked = sorted((r for r in self.manager.records if r.state == State.PARKED),
                         key=lambda r: r.parked_at or 0)
-        held = sum(int((r.last_checkpoint or {}).get("bytes_total") or 0) for r in parked)
-        limit = self.manager.host_memory.limit
+        if not limit or not parked:
+            return
+        held = await asyncio.to_thread(self.manager.host_memory.used)
+        held += sum(int((r.last_checkpoint or {}).get("bytes_total") or 0) for r in parked)
         for record in parked:
             if held <= limit:
                 break

@@ -84,7 +84,8 @@ class KernelRecord:
         return {"kernelspec": self.kernelspec, "state": self.state.value,
                 "last_checkpoint": self.last_checkpoint, "suspended_at": self.suspended_at,
                 "kernel_info": self.kernel_info, "session": self.session, "last_activity": self.last_activity,
-                "placement_info": self.placement_info, "durable_checkpoint": self.durable_checkpoint}
+                "placement_info": self.placement_info, "durable_checkpoint": self.durable_checkpoint,
+                "parked_at": self.parked_at}
 
     def load(self, entry: dict[str, Any]) -> None:
         """Take back what :meth:`ledger_entry` kept: a kernel taken over where it runs, or
@@ -93,7 +94,7 @@ class KernelRecord:
         running = entry.get("state") == State.RUNNING.value and self.placement_info
         self.state = State.RUNNING if running else State.SUSPENDED
         self.last_checkpoint = entry.get("last_checkpoint")
-        self.suspended_at = entry.get("suspended_at")
+        self.suspended_at = entry.get("suspended_at") or entry.get("parked_at")
         self.kernel_info = entry.get("kernel_info")
         self.session = entry.get("session")
         self.last_activity = entry.get("last_activity")

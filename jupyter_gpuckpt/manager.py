@@ -237,6 +237,17 @@ class CheckpointManager:
         return [{**info.to_json(), "durability": durability}
                 for info, durability in sorted(infos, key=lambda pair: pair[0].id) if info.kernel_id == kernel_id]
 
+    def staged_in_use(self) -> set[str]:
+        """Staged copies that must stay in host memory: not yet in the store, being written to
+        it, or being read by a resume."""
+        ids = set(self.write_behind.writing())
+        for record in self.records:
+            last = (record.last_checkpoint or {}).get("id")
+            if last and ((record.last_checkpoint or {}).get("durability") == "staged"
+                         or record.state == State.RESTORING):
+                ids.add(last)
+        return ids
+
     def _needed_by(self, checkpoint_id: str) -> tuple[KernelRecord, str] | None:
         """The kernel that needs the checkpoint to come back, and why, if one does."""
         for record in self.records:
@@ -291,7 +302,9 @@ class CheckpointManager:
             remaining = [i for i in infos if i.kernel_id == record.kernel_id and not i.problem]
             record.last_checkpoint = ({"id": remaining[-1].id, "bytes_total": remaining[-1].nbytes,
                                        "variables": remaining[-1].variables, "time": None,
-                                       "last_cell": None} if remaining else None)
+                                       "last_cell": None, "durability": "durable"} if remaining else None)
+            if record.durable_checkpoint in gone:
+                record.durable_checkpoint = remaining[-1].id if remaining else None
         self.records.save()
 
     # -- server stop and restart ---------------------------------------------------------
@@ -325,8 +338,10 @@ class CheckpointManager:
         taken over where they run."""
         for kernel_id, entry in self.records.ledger.load().items():
             running = entry.get("state") == State.RUNNING.value and entry.get("placement_info")
-            if kernel_id in self.kernel_manager or not (
-                    running or entry.get("state") in (State.SUSPENDED.value, State.RESTORING.value)):
+            # a parked kernel's process ended with the server: it is suspended, from the
+            # checkpoint taken as it was parked
+            away = (State.SUSPENDED.value, State.PARKED.value, State.RESTORING.value)
+            if kernel_id in self.kernel_manager or not (running or entry.get("state") in away):
                 continue
             flag = {ADOPT: json.dumps(entry["placement_info"])} if running else {START_SUSPENDED: "1"}
             try:
@@ -346,7 +361,7 @@ class CheckpointManager:
                 # the notebook finds its kernel again (a suspended one resumes on its first cell)
                 await self.session_manager.create_session(kernel_id=kernel_id, **record.session)
         self.records.save()
-        self.write_behind.resume_pending()
+        await self.write_behind.resume_pending()
 
 
 def _endpoint(info: dict[str, Any]) -> tuple[Any, ...]:

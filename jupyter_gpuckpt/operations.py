@@ -51,12 +51,11 @@ class KernelOperations(OperationRunner):
         host = self.manager.host_memory
         problem = await asyncio.to_thread(host.problem)
         if problem is None:
-            needed = {(r.last_checkpoint or {}).get("id") for r in self.manager.records
-                      if (r.last_checkpoint or {}).get("durability") == STAGED}
             wanted = int((record.last_checkpoint or {}).get("bytes_total") or 0)
-            room = await asyncio.to_thread(host.room, {c for c in needed if c}, wanted)
-            if room == 0:
-                problem = f"host memory for staging is full ({host.limit} bytes, GPUCheckpointApp.host_memory_limit)"
+            room = await asyncio.to_thread(host.room, self.manager.staged_in_use(), wanted)
+            if room == 0 or room < wanted:  # a state like the last one would not fit: no doomed attempt
+                problem = (f"host memory for staging has {room} bytes free (GPUCheckpointApp.host_memory_limit "
+                           f"{host.limit}), the last checkpoint took {wanted}")
             else:
                 try:
                     return await self._save(record, "suspend", staged_bytes=room), None
@@ -99,6 +98,19 @@ class KernelOperations(OperationRunner):
                                  "it can be checkpointed but not suspended")
         asked = mode is not None  # a refused park is worth a notice only when it was asked for
         mode = mode or self.manager.release_mode(kernel_id)
+        if asked and mode == "suspend" and record.state == State.PARKED:
+            return await self.convert(kernel_id, reason)
+        try:
+            return await self._suspend(record, provisioner, reason, mode, asked)
+        finally:
+            # a staged checkpoint goes to the store even when ending the process failed after it
+            last = record.last_checkpoint or {}
+            if last.get("durability") == STAGED:
+                self.manager.write_behind.start(record, last["id"])
+
+    async def _suspend(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner, reason: str, mode: str,
+                       asked: bool) -> dict[str, Any]:
+        kernel_id = record.kernel_id
         async with record.lock:
             if record.state in (State.SUSPENDED, State.PARKED):
                 return self._result(kernel_id, f"already {record.state.value}")
@@ -121,39 +133,47 @@ class KernelOperations(OperationRunner):
                 record.kernel_info = await self._kernel_info(kernel_id)
                 record.session = await self.manager.session_of(kernel_id)
                 not_parked = await provisioner.park_problem() if mode == "park" else None
+                saved: dict[str, Any] | None = None
                 if mode == "park" and not_parked is None:
-                    result = await self._save(record, "suspend")  # where it resumes from if the node dies
+                    saved = await self._save(record, "suspend")  # where it resumes from if the node dies
                     try:
                         await provisioner.park()
-                    except ParkUnsupported as e:  # the driver refused this process: it runs on; suspend it
+                    except ParkUnsupported as e:  # refused: it runs on, and is suspended from that checkpoint
+                        not_parked = str(e)
+                    except ParkFailed as e:
+                        if e.state == "running":  # it runs on its GPUs as before
+                            raise
+                        # locked or half parked: its CUDA calls would hang; it ends, from that checkpoint
                         not_parked = str(e)
                     else:
                         record.state = State.PARKED
                         record.parked_at = time.time()
-                        op.done = {**self._saved(result), "gpus_released": gpus, "durability": DURABLE,
+                        op.done = {**self._saved(saved), "gpus_released": gpus, "durability": DURABLE,
                                    "mode": "park"}
                         self.emit("suspend", {"kernel_id": kernel_id, "phase": "released", **op.done,
                                               "seconds": time.time() - op.started})
+                result = saved or {}
                 if record.state != State.PARKED:
-                    result = await self._end(record, provisioner, op, gpus)
+                    result = await self._end(record, provisioner, op, gpus, saved)
                 if not_parked is not None:
                     op.done["not_parked"] = not_parked
                     if asked:
                         record.notice = f"The kernel could not be parked ({not_parked}); it was suspended instead."
                 idle = activity.idle_seconds(km)
                 record.last_activity = None if idle is None else time.time() - idle
-            durability = op.done["durability"]
-            if durability == STAGED:
-                self.manager.write_behind.start(record, result["id"])
-            else:
+            if op.done["durability"] == DURABLE:
                 self.emit("suspend", {"kernel_id": kernel_id, "phase": "durable", "checkpoint_id": result["id"],
                                       "bytes_written": result["bytes_written"], "seconds": time.time() - op.started})
             return self._result(kernel_id, "done")
 
     async def _end(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner, op: Operation,
-                   gpus: int) -> dict[str, Any]:
-        """The suspend proper: checkpoint (staged where it can), end the process, free its GPUs."""
-        if provisioner.host_memory_shared:
+                   gpus: int, saved: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The suspend proper: checkpoint (staged where it can; none if ``saved`` is the one
+        just taken), end the process, free its GPUs."""
+        not_staged: str | None = None
+        if saved is not None:
+            result = saved
+        elif provisioner.host_memory_shared:
             result, not_staged = await self._stage(record)
         else:
             result, not_staged = await self._save(record, "suspend"), "the kernel runs on another host"
@@ -242,8 +262,8 @@ class KernelOperations(OperationRunner):
                 op.done = {"checkpoint_id": (record.last_checkpoint or {}).get("id", ""), "source": "park"}
                 record.back(None)
             return True
-        except ParkFailed as e:
-            if e.state == "checkpointed":  # still parked, intact: it stays so, and says why
+        except (ParkFailed, ParkUnsupported) as e:
+            if getattr(e, "state", None) == "checkpointed":  # still parked, intact: it stays so, and says why
                 raise
             await self._to_suspended(record, provisioner)
             record.notice = (f"The kernel could not be unparked ({e}); it was restored from checkpoint "

@@ -145,7 +145,16 @@ class OperationRunner:
 
     async def _restore(self, record: KernelRecord, checkpoint_id: str, event: str) -> dict[str, Any]:
         source = self._source(record.kernel_id, checkpoint_id)
-        report = await self._call(record, "restore", event, checkpoint_id=checkpoint_id, store=str(source))
+        try:
+            report = await self._call(record, "restore", event, checkpoint_id=checkpoint_id, store=str(source))
+        except OperationFailed:
+            # a copy in host memory that could not be read: the store's, if it has it (a failed
+            # restore leaves the kernel's namespace as it was)
+            store = self.manager.settings.store_root
+            if source == store or checkpoint_id not in await asyncio.to_thread(self.manager.store().ids):
+                raise
+            source = store
+            report = await self._call(record, "restore", event, checkpoint_id=checkpoint_id, store=str(source))
         record.report = {**report, "source": "host memory" if source == self.manager.host_memory.root else "store"}
         return record.report
 

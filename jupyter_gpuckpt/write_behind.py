@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Waits between attempts; the last repeats."""
+PERMANENT = ("IntegrityError", "CheckpointNotFound", "RestoreError")
+"""Writer errors that another attempt cannot mend: the staged copy is damaged or unreadable."""
 STAGED = "staged"
 DURABLE = "durable"
 
@@ -50,12 +52,26 @@ class WriteBehind:
             self._writing[checkpoint_id] = self.manager.tasks.start(
                 f"write-behind {checkpoint_id} of {record.kernel_id}", self._write(record, checkpoint_id))
 
-    def resume_pending(self) -> None:
-        """After a server restart: write what a stopped server left staged."""
+    def writing(self) -> set[str]:
+        """The checkpoints being written now."""
+        return {c for c, task in self._writing.items() if not task.done()}
+
+    async def resume_pending(self) -> None:
+        """After a server restart: write what a stopped server left staged, the copies of
+        kernels it no longer knows (shut down meanwhile) included; drop those already written."""
         for record in self.manager.records:
             last = record.last_checkpoint or {}
             if last.get("durability") == STAGED:
                 self.start(record, last["id"])
+        durable = set(await asyncio.to_thread(self.manager.store().ids))
+        for info in await asyncio.to_thread(list_checkpoints, self.manager.host_memory.store()):
+            if info.id in self._writing or not info.kernel_id:
+                continue
+            known = self.manager.records.get(info.kernel_id)
+            if info.id not in durable:
+                self.start(known or KernelRecord(info.kernel_id), info.id)
+            elif known is None:
+                await asyncio.to_thread(self.manager.host_memory.drop, info.id)
 
     async def durable(self, checkpoint_id: str) -> None:
         """Wait until ``checkpoint_id``'s write-behind has ended (tests, the benchmark)."""
@@ -81,6 +97,10 @@ class WriteBehind:
                 result, error = await self._attempt(record, checkpoint_id)
                 if error is None:
                     break
+                if result.get("kind") in PERMANENT:  # a damaged copy: retrying cannot help
+                    await asyncio.to_thread(host.drop, checkpoint_id)
+                    self._lost(record, checkpoint_id, f"could not be written to the store ({error})")
+                    return
                 wait = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS)) - 1]
                 record.write_behind = {"checkpoint_id": checkpoint_id, "attempts": attempt, "error": error}
                 self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "write_failed",
@@ -91,7 +111,8 @@ class WriteBehind:
         record.write_behind = None
         if (record.last_checkpoint or {}).get("id") == checkpoint_id:
             record.last_checkpoint = {**(record.last_checkpoint or {}), "durability": DURABLE}
-        record.durable_checkpoint = checkpoint_id
+        if record.durable_checkpoint is None or checkpoint_id > record.durable_checkpoint:  # ids sort by time
+            record.durable_checkpoint = checkpoint_id
         self.manager.records.save()
         self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "durable", "checkpoint_id": checkpoint_id,
                               "bytes_written": int(result.get("bytes_written", 0)),
@@ -108,8 +129,9 @@ class WriteBehind:
             "--bandwidth", str(settings.write_behind_bandwidth),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         last: dict[str, Any] = {}
+        assert process.stdout is not None and process.stderr is not None
+        stderr = asyncio.ensure_future(process.stderr.read())  # read beside stdout: a full pipe would block it
         try:
-            assert process.stdout is not None and process.stderr is not None
             async for line in process.stdout:
                 try:
                     last = json.loads(line)
@@ -121,12 +143,13 @@ class WriteBehind:
                     self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "writing",
                                           "checkpoint_id": checkpoint_id, "bytes_done": int(last["done"]),
                                           "bytes_total": int(last["total"])})
-            errors = (await process.stderr.read()).decode(errors="replace").strip()
+            errors = (await stderr).decode(errors="replace").strip()
             code = await process.wait()
         except BaseException:  # the server stops: the next one writes it again
             if process.returncode is None:
                 process.kill()
                 await process.wait()
+            stderr.cancel()
             raise
         if last.get("ok"):
             return last, None
@@ -135,29 +158,32 @@ class WriteBehind:
         tail = errors.splitlines()[-1] if errors else "no output"
         return last, f"the writer process ended with code {code} before it finished ({tail})"
 
-    def _lost(self, record: KernelRecord, checkpoint_id: str) -> None:
-        """The staged copy is gone before it was written (host memory was cleared: a reboot).
-        The kernel falls back to its last durable checkpoint, and says so."""
+    def _lost(self, record: KernelRecord, checkpoint_id: str,
+              why: str = "was lost before it reached the store (host memory was cleared)") -> None:
+        """The staged copy is gone, or damaged, before it was written. The kernel falls back
+        to its last durable checkpoint, and says so."""
         record.write_behind = None
         if (record.last_checkpoint or {}).get("id") != checkpoint_id:
             return
         durable = record.durable_checkpoint
         record.last_checkpoint = {"id": durable, "durability": DURABLE, "time": None} if durable else None
-        record.notice = (f"The staged checkpoint {checkpoint_id} was lost before it reached the store "
-                         f"(host memory was cleared); " + (f"the kernel resumes from {durable}, its last "
-                                                            "durable checkpoint." if durable else
-                                                            "there is no earlier checkpoint to resume from."))
+        record.notice = (f"The staged checkpoint {checkpoint_id} {why}; " +
+                         (f"the kernel resumes from {durable}, its last durable checkpoint." if durable else
+                          "there is no earlier checkpoint to resume from."))
         self.manager.records.save()
         self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "write_failed", "checkpoint_id": checkpoint_id,
                               "error": record.notice})
 
     async def tidy(self, record: KernelRecord) -> None:
-        """Drop the kernel's staged copies that are durable and that no resume needs now
-        (a suspended kernel keeps its copy, for a resume from memory; a shut down one keeps none)."""
+        """Drop the kernel's staged copies that are in the store and that no resume needs now
+        (a suspended kernel keeps its copy, for a resume from memory; a shut down one keeps none).
+        A copy not in the store yet is never dropped here."""
         host = self.manager.host_memory
         kept = record.state in AWAY and self.manager.records.get(record.kernel_id) is record
         keep = (record.last_checkpoint or {}).get("id") if kept else None
+        durable = set(await asyncio.to_thread(self.manager.store().ids))
         staged = await asyncio.to_thread(list_checkpoints, host.store())
         for info in staged:
-            if info.kernel_id == record.kernel_id and info.id != keep and info.id not in self._writing:
+            if (info.kernel_id == record.kernel_id and info.id in durable and info.id != keep
+                    and info.id not in self.writing()):
                 await asyncio.to_thread(host.drop, info.id)

@@ -14,7 +14,7 @@ were; the next attempt collects what it left (its journal names a dead writer).
 
 It prints one JSON line per half second, ``{"done": B, "total": B}``, and last
 ``{"ok": true, "id": ..., "bytes_written": ..., "seconds": ...}`` or ``{"ok": false,
-"error": ...}``.
+"error": ..., "kind": ...}`` (``IntegrityError``: the staged copy is damaged).
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         result = write_behind(CheckpointStore(args.staged), CheckpointStore(args.store), args.checkpoint,
                               bandwidth=args.bandwidth, progress=_Lines())
     except CheckpointError as e:
-        print(json.dumps({"ok": False, "error": str(e)}), flush=True)
+        print(json.dumps({"ok": False, "error": str(e), "kind": type(e).__name__}), flush=True)
         return 1
     except OSError as e:
         print(json.dumps({"ok": False, "error": f"writing to {args.store} failed: {e.strerror or e}"}), flush=True)

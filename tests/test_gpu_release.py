@@ -42,6 +42,17 @@ def _used_by(pid: int) -> int:
         pynvml.nvmlShutdown()
 
 
+def _device_used() -> int:
+    """GPU memory in use on the first GPU, as NVML counts it."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        return int(pynvml.nvmlDeviceGetMemoryInfo(pynvml.nvmlDeviceGetHandleByIndex(0)).used)
+    finally:
+        pynvml.nvmlShutdown()
+
+
 async def _kernel(jp_fetch: Any, jp_serverapp: Any) -> tuple[str, int]:
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, STATE)
@@ -53,10 +64,11 @@ async def _kernel(jp_fetch: Any, jp_serverapp: Any) -> tuple[str, int]:
 
 async def test_a_staged_suspend_frees_the_gpu_and_resumes_cuda_tensors_from_host_memory(jp_fetch, jp_serverapp):
     kernel_id, pid = await _kernel(jp_fetch, jp_serverapp)
+    before = _device_used()
     model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1", mode="suspend")
     assert model["state"] == "suspended" and model["gpus"] == []
     assert model["last_checkpoint"]["durability"] == "staged"
-    assert _used_by(pid) == 0
+    assert before - _device_used() >= 512 << 20  # the GPU's memory is free before the state is on disk
     model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
     assert model["report"]["source"] == "host memory"
     ok, device, _ = (await run(jp_serverapp, kernel_id, CHECK)).split()
@@ -65,9 +77,11 @@ async def test_a_staged_suspend_frees_the_gpu_and_resumes_cuda_tensors_from_host
 
 async def test_park_frees_the_gpu_keeps_the_process_and_unpark_brings_the_tensors_back(jp_fetch, jp_serverapp):
     kernel_id, pid = await _kernel(jp_fetch, jp_serverapp)
+    before = _device_used()
     model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1", mode="park")
     assert model["state"] == "parked", model["notice"]
-    assert model["gpus"] == [] and _used_by(pid) == 0  # the memory is in host memory, held by the driver
+    assert model["gpus"] == [] and _used_by(pid) == 0  # the process lives on, holding no GPU memory
+    assert before - _device_used() >= 512 << 20  # the memory is in host memory, held by the driver
     assert model["last_checkpoint"]["durability"] == "durable"  # taken first: the node may die
     model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
     assert model["state"] == "running"

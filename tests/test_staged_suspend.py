@@ -7,6 +7,7 @@ import asyncio
 import getpass
 import json
 import os
+import shutil
 import signal
 import time
 from collections.abc import Iterator
@@ -158,6 +159,38 @@ async def test_a_killed_writer_keeps_the_staged_copy_and_the_previous_checkpoint
     assert await run(jp_serverapp, kernel_id, CHECK) == expected
 
 
+@pytest.mark.parametrize("gpuckpt_config", [SLOW])
+async def test_a_staged_copy_lost_before_it_reached_the_store_falls_back_to_the_last_durable_checkpoint(
+        jp_fetch, jp_serverapp, suspend_events, gpuckpt_config):
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, STATE)
+    previous = (await api(jp_fetch, "kernels", kernel_id, "checkpoint", method="POST", wait="1"))["last_checkpoint"]
+    await run(jp_serverapp, kernel_id, "note = 'changed'")
+    store, staging = _stores(jp_serverapp)
+    model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    checkpoint_id = model["last_checkpoint"]["id"]
+
+    async def writing() -> bool:
+        return bool(((await api(jp_fetch, "kernels", kernel_id))["write_behind"] or {}).get("bytes_done"))
+
+    await _until(writing, 30, "the writer to write")
+    [writer] = _writers(checkpoint_id)
+    os.kill(writer.pid, signal.SIGKILL)
+    shutil.rmtree(staging.base)  # host memory cleared (the node rebooted, say) before the retry
+
+    async def fell_back() -> bool:
+        return ((await api(jp_fetch, "kernels", kernel_id))["last_checkpoint"] or {}).get("id") == previous["id"]
+
+    await _until(fell_back, 30, "the fallback")
+    model = await api(jp_fetch, "kernels", kernel_id)
+    assert f"The staged checkpoint {checkpoint_id} was lost before it reached the store" in model["notice"]
+    assert f"the kernel resumes from {previous['id']}" in model["notice"]
+    assert model["state"] == "suspended" and checkpoint_id not in store.ids()
+    model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    assert model["report"]["source"] == "store"
+    assert (await run(jp_serverapp, kernel_id, "print(note)")).strip() == "kept"  # as the last durable one had it
+
+
 @pytest.mark.parametrize("gpuckpt_config", [{"policy_interval": 3600.0, "host_memory_limit": "1M"}])
 async def test_a_state_over_the_host_memory_limit_goes_straight_to_the_store(
         jp_fetch, jp_serverapp, suspend_events, gpuckpt_config):
@@ -214,6 +247,7 @@ def test_a_server_restarted_during_the_write_behind_finishes_it(tmp_path: Path) 
         assert server.run(kernel_id, CHECK) == expected
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
 def test_a_staging_folder_another_user_planted_is_not_used(tmp_path: Path) -> None:
     planted = tmp_path / "jupyter-gpuckpt-victim"
     planted.mkdir()

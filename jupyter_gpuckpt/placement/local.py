@@ -20,7 +20,7 @@ from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Float, Int
 
 from .. import parking
-from ..errors import ParkFailed
+from ..errors import ParkFailed, ParkUnsupported
 from ..gpus import GPU, GPUPool
 from ..processes import TAG, end_kernel_tree, ended
 from .contract import START_SUSPENDED, GPUCheckpointProvisioner, GPUNeeds, Location
@@ -118,8 +118,8 @@ class LocalPlacement(GPUCheckpointProvisioner, LocalProvisioner):
         await self._take_gpus({}, self._parked_gpus)
         try:
             await parking.unpark(self.process.pid, python, env)
-        except ParkFailed as e:
-            if e.state == "checkpointed":  # still parked: its GPUs go back to the pool
+        except (ParkFailed, ParkUnsupported) as e:
+            if getattr(e, "state", None) != "running":  # still parked, or ended next: the GPUs go back
                 await self.pool.release(self.kernel_id)
             raise
         self._parked_gpus = []

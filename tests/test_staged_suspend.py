@@ -84,6 +84,17 @@ def _writers(checkpoint_id: str) -> list[psutil.Process]:
     return found
 
 
+async def _kill_the_writer_mid_write(jp_fetch: Any, kernel_id: str, checkpoint_id: str) -> None:
+    """SIGKILL the write-behind of ``checkpoint_id`` once it has written some bytes."""
+
+    async def writing() -> bool:
+        return bool(((await api(jp_fetch, "kernels", kernel_id))["write_behind"] or {}).get("bytes_done"))
+
+    await _until(writing, 30, "the writer to write")
+    [writer] = _writers(checkpoint_id)
+    os.kill(writer.pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("gpuckpt_config", [SLOW])
 async def test_the_process_ends_before_the_state_is_durable_and_resume_reads_host_memory(
         jp_fetch, jp_serverapp, suspend_events, gpuckpt_config):
@@ -132,14 +143,7 @@ async def test_a_killed_writer_keeps_the_staged_copy_and_the_previous_checkpoint
 
     model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
     checkpoint_id = model["last_checkpoint"]["id"]
-
-    async def writing() -> bool:
-        model = await api(jp_fetch, "kernels", kernel_id)
-        return bool(model["write_behind"]) and model["write_behind"].get("bytes_done", 0) > 0
-
-    await _until(writing, 30, "the writer to write")
-    [writer] = _writers(checkpoint_id)
-    os.kill(writer.pid, signal.SIGKILL)
+    await _kill_the_writer_mid_write(jp_fetch, kernel_id, checkpoint_id)
 
     async def failed() -> bool:
         return any(e["phase"] == "write_failed" for e in suspend_events)
@@ -169,13 +173,7 @@ async def test_a_staged_copy_lost_before_it_reached_the_store_falls_back_to_the_
     store, staging = _stores(jp_serverapp)
     model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
     checkpoint_id = model["last_checkpoint"]["id"]
-
-    async def writing() -> bool:
-        return bool(((await api(jp_fetch, "kernels", kernel_id))["write_behind"] or {}).get("bytes_done"))
-
-    await _until(writing, 30, "the writer to write")
-    [writer] = _writers(checkpoint_id)
-    os.kill(writer.pid, signal.SIGKILL)
+    await _kill_the_writer_mid_write(jp_fetch, kernel_id, checkpoint_id)
     shutil.rmtree(staging.base)  # host memory cleared (the node rebooted, say) before the retry
 
     async def fell_back() -> bool:

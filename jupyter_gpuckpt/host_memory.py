@@ -13,12 +13,15 @@ import getpass
 import os
 import re
 import tempfile
+import threading
 from collections.abc import Collection
 from pathlib import Path
 
 from gpuckpt_store import CheckpointNotFound, CheckpointStore, SaveError
 
 _SIZE_RE = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?)\s*(%|[KMGT]i?B?|B)?\s*", re.IGNORECASE)
+GROWTH_BYTES = 64 << 20
+"""What a staged suspend may write beyond twice its last checkpoint's size."""
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 
 
@@ -62,6 +65,9 @@ class HostMemory:
     def __init__(self, root: Path, limit: int) -> None:
         self.root = root
         self.limit = limit
+        self.reserved = 0
+        """Bytes promised to staged saves under way (each may write up to its share)."""
+        self._lock = threading.Lock()
 
     def store(self) -> CheckpointStore:
         return CheckpointStore(self.root)
@@ -111,14 +117,27 @@ class HostMemory:
         except CheckpointNotFound:
             pass
 
-    def room(self, needed: Collection[str], wanted: int) -> int:
-        """Bytes a new staged copy may take, after dropping copies not in ``needed`` (those
-        already durable, kept as a cache), oldest first, until ``wanted`` bytes are free."""
-        free = self.limit - self.used()
-        for checkpoint_id in self.ids():
-            if free >= wanted:
-                break
-            if checkpoint_id not in needed:
-                self.drop(checkpoint_id)
-                free = self.limit - self.used()
-        return max(0, free)
+    def take(self, needed: Collection[str], wanted: int) -> int:
+        """Reserve room for a new staged copy of a state whose last checkpoint took ``wanted``
+        bytes (0: unknown), after dropping copies not in ``needed`` (those already durable,
+        kept as a cache), oldest first, until that much is free. Returns the bytes it may
+        write (0: it does not fit; nothing is reserved); :meth:`give_back` them after."""
+        with self._lock:  # suspends at the same time must not each count on the same free memory
+            free = self.limit - self.used() - self.reserved
+            for checkpoint_id in self.ids():
+                if free >= wanted:
+                    break
+                if checkpoint_id not in needed:
+                    self.drop(checkpoint_id)
+                    free = self.limit - self.used() - self.reserved
+            if free <= 0 or free < wanted:
+                return 0
+            # a state seldom doubles between two suspends: the rest stays for other kernels'
+            share = free if not wanted else min(free, 2 * wanted + GROWTH_BYTES)
+            self.reserved += share
+            return share
+
+    def give_back(self, share: int) -> None:
+        """The staged save that :meth:`take` reserved ``share`` for has ended."""
+        with self._lock:
+            self.reserved -= share

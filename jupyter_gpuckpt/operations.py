@@ -52,15 +52,17 @@ class KernelOperations(OperationRunner):
         problem = await asyncio.to_thread(host.problem)
         if problem is None:
             wanted = int((record.last_checkpoint or {}).get("bytes_total") or 0)
-            room = await asyncio.to_thread(host.room, self.manager.staged_in_use(), wanted)
-            if room == 0 or room < wanted:  # a state like the last one would not fit: no doomed attempt
-                problem = (f"host memory for staging has {room} bytes free (GPUCheckpointApp.host_memory_limit "
-                           f"{host.limit}), the last checkpoint took {wanted}")
+            share = await asyncio.to_thread(host.take, self.manager.staged_in_use(), wanted)
+            if share == 0:  # no room, or a state like the last one would not fit: no doomed attempt
+                problem = (f"host memory for staging is short (GPUCheckpointApp.host_memory_limit {host.limit} "
+                           f"bytes), the last checkpoint took {wanted}")
             else:
                 try:
-                    return await self._save(record, "suspend", staged_bytes=room), None
+                    return await self._save(record, "suspend", staged_bytes=share), None
                 except OperationFailed as e:  # over its share, or host memory failed it: the store takes it
                     problem = str(e)
+                finally:
+                    host.give_back(share)
         return await self._save(record, "suspend"), problem
 
     @staticmethod

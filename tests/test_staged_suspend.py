@@ -211,6 +211,24 @@ async def test_a_state_over_the_host_memory_limit_goes_straight_to_the_store(
     assert await run(jp_serverapp, kernel_id, CHECK) == expected
 
 
+@pytest.mark.parametrize("gpuckpt_config", [{**SLOW, "host_memory_limit": "30M"}])
+async def test_suspends_at_the_same_time_share_the_host_memory_limit(jp_fetch, jp_serverapp, gpuckpt_config):
+    kernels = [await start_kernel(jp_fetch) for _ in range(2)]
+    expected = {}
+    for kernel_id in kernels:
+        await run(jp_serverapp, kernel_id, STATE)  # 20 MB each: one fits in 30 MB, two do not
+        expected[kernel_id] = await run(jp_serverapp, kernel_id, CHECK)
+    models = await asyncio.gather(*(api(jp_fetch, "kernels", k, "suspend", method="POST", wait="1")
+                                    for k in kernels))
+    assert sorted(m["last_checkpoint"]["durability"] for m in models) == ["durable", "staged"]
+    _, staging = _stores(jp_serverapp)
+    used = sum(p.stat().st_size for p in staging.blobs_dir.iterdir())
+    assert used <= parse_limit("30M")
+    for kernel_id in kernels:
+        await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+        assert await run(jp_serverapp, kernel_id, CHECK) == expected[kernel_id]
+
+
 def test_a_server_restarted_during_the_write_behind_finishes_it(tmp_path: Path) -> None:
     folder = tmp_path / "data" / "kernels" / KERNEL_NAME
     folder.mkdir(parents=True)

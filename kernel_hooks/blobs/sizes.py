@@ -1,5 +1,7 @@
 """Sizes that shape a save and a restore, each with the measurement that chose it."""
 
+import os
+
 CHUNK_BYTES = 256 << 10
 """Hash and deduplication granularity. A contiguous change of L bytes rewrites about L plus
 one chunk: with 256 KiB chunks a 1% change of workload (d) in benchmarks/bench_peers.py (four
@@ -20,8 +22,11 @@ ALIGN = 4096
 """Appends to a pack start at multiples of this, so restores can read with ``O_DIRECT``."""
 WRITEBACK_WINDOW = 32 << 20
 """Bytes behind a pack's end whose cached pages are dropped at each append."""
-DEFAULT_WORKERS = 4
-"""I/O threads of a save: hashing keeps them busy, more than cores gain nothing."""
+DEFAULT_WORKERS = max(4, min(16, os.cpu_count() or 1))
+"""I/O threads of a save: hashing keeps them busy, so one per core (more gain nothing), and at
+least 4, which overlap the disk's waits on small machines (2 cores: 4 threads were fastest). A
+staged suspend is bound by this hashing, not by a disk: on a GPU host's 16 cores it may run
+4x as many."""
 READ_WORKERS = 8
 """I/O threads of a restore: they mostly wait for the disk, and more reads in flight kept it
 busier (a 0.76 GB torch model, 2 cores: 1.08 GB/s with 4 threads, 1.34 with 8)."""

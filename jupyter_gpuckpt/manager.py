@@ -35,7 +35,7 @@ from .placement.contract import ADOPT, START_SUSPENDED
 from .records import KernelRecords
 from .tasks import BackgroundTasks
 from .watcher import ExecutionWatcher
-from .write_behind import WriteBehind
+from .write_behind import DURABLE, STAGED, WriteBehind
 
 
 @dataclass
@@ -233,17 +233,17 @@ class CheckpointManager:
         durable = await asyncio.to_thread(list_checkpoints, self.store())
         staged = await asyncio.to_thread(list_checkpoints, self.host_memory.store())
         known = {info.id for info in durable}
-        infos = [(info, "durable") for info in durable] + [(i, "staged") for i in staged if i.id not in known]
+        infos = [(info, DURABLE) for info in durable] + [(i, STAGED) for i in staged if i.id not in known]
         return [{**info.to_json(), "durability": durability}
                 for info, durability in sorted(infos, key=lambda pair: pair[0].id) if info.kernel_id == kernel_id]
 
     def staged_in_use(self) -> set[str]:
         """Staged copies that must stay in host memory: not yet in the store, being written to
         it, or being read by a resume."""
-        ids = set(self.write_behind.writing())
+        ids = self.write_behind.writing()
         for record in self.records:
             last = (record.last_checkpoint or {}).get("id")
-            if last and ((record.last_checkpoint or {}).get("durability") == "staged"
+            if last and ((record.last_checkpoint or {}).get("durability") == STAGED
                          or record.state == State.RESTORING):
                 ids.add(last)
         return ids
@@ -257,7 +257,7 @@ class CheckpointManager:
             if (record.last_checkpoint or {}).get("id") == checkpoint_id:
                 return record, (f"checkpoint {checkpoint_id} is the one {record.state.value} kernel "
                                 f"{record.kernel_id}{notebook} resumes from; resume the kernel or shut it down first")
-            writing = (record.last_checkpoint or {}).get("durability") == "staged"
+            writing = (record.last_checkpoint or {}).get("durability") == STAGED
             if record.durable_checkpoint == checkpoint_id and writing:
                 return record, (f"checkpoint {checkpoint_id} is what {record.state.value} kernel "
                                 f"{record.kernel_id}{notebook} falls back to until its newest checkpoint is "
@@ -302,7 +302,7 @@ class CheckpointManager:
             remaining = [i for i in infos if i.kernel_id == record.kernel_id and not i.problem]
             record.last_checkpoint = ({"id": remaining[-1].id, "bytes_total": remaining[-1].nbytes,
                                        "variables": remaining[-1].variables, "time": None,
-                                       "last_cell": None, "durability": "durable"} if remaining else None)
+                                       "last_cell": None, "durability": DURABLE} if remaining else None)
             if record.durable_checkpoint in gone:
                 record.durable_checkpoint = remaining[-1].id if remaining else None
         self.records.save()

@@ -37,6 +37,11 @@ def restore_activity(km: Any, timestamp: float | None) -> None:
         km.last_activity = datetime.fromtimestamp(timestamp, timezone.utc)
 
 
+def touch(km: Any) -> None:
+    """Count the user's "Keep running" as activity, as a cell would count."""
+    km.last_activity = datetime.now(timezone.utc)
+
+
 @asynccontextmanager
 async def unseen(km: Any) -> AsyncIterator[None]:
     """Run server traffic to the kernel without it counting as the user's activity."""

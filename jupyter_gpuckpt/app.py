@@ -10,7 +10,7 @@ from typing import Any
 from jupyter_core.paths import jupyter_data_dir
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
-from traitlets import Bool, CaselessStrEnum, Float, Int, List, TraitError, Unicode, default, validate
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Int, List, TraitError, Unicode, default, validate
 
 from gpuckpt_store import default_root, writable_problem
 
@@ -22,6 +22,7 @@ from .ledger import Ledger
 from .lifecycle import State
 from .manager import CheckpointManager, Settings
 from .placement import GPUCheckpointProvisioner
+from .reclaim import Reclaimer, unix_group, user_name
 from .tasks import BackgroundTasks
 from .websocket import SuspendAwareConnection
 
@@ -37,7 +38,38 @@ class GPUCheckpointApp(ExtensionApp):
     store_root = Unicode(config=True, help="Checkpoint store root (shared between nodes for failover elsewhere). "
                                            "Default: $JUPYTER_GPUCKPT_STORE or <jupyter data dir>/gpuckpt/store.")
     ledger_path = Unicode(config=True, help="File remembering suspended kernels across server restarts.")
-    idle_timeout = Float(0.0, config=True, help="Suspend a kernel idle this many seconds; 0 never suspends by policy.")
+    idle_timeout = Float(0.0, config=True, help="Suspend a GPU kernel idle this many seconds (reclaim 'idle' and "
+                                                "'both'); 0 never suspends by idle time.")
+    cpu_idle_timeout = Float(-1.0, config=True, help="Suspend a kernel that holds no GPU after this many idle "
+                                                     "seconds; below 0: the same as idle_timeout, 0 never.")
+    reclaim = CaselessStrEnum(
+        list(policy.RECLAIM_MODES), "idle", config=True,
+        help="When the policy suspends idle kernels: 'idle' after idle_timeout (or their rhythm); 'on_demand' only "
+             "while GPU requests wait that their GPUs could serve (a kernel of this server waiting in the GPU "
+             "pool; with Slurm placement, GPU jobs pending in the kernels' partitions), cheapest first (longest "
+             "idle, least state, most GPUs) and never more than needed; 'both': on demand after demand_idle, "
+             "always after idle_timeout.")
+    demand_idle = Float(60.0, config=True, help="Seconds a kernel must be idle before it is suspended for a "
+                                                "waiting GPU request (reclaim 'on_demand' and 'both').")
+    rhythm = Bool(False, config=True, help="Take each kernel's idle limit from its own pauses between cells: "
+                                           "rhythm_factor times its rhythm_quantile pause (at least rhythm_min, at "
+                                           "most idle_timeout), once it has made rhythm_gaps pauses. A user who "
+                                           "pauses 30 s between cells is not kept waiting as long as one who "
+                                           "pauses 10 min; `jupyter gpuckpt replay` shows the trade-off.")
+    rhythm_factor = Float(2.0, config=True, help="See rhythm: how many times its usual pause a kernel may idle.")
+    rhythm_quantile = Float(0.8, config=True, help="See rhythm: which of its pauses counts as usual (0-1].")
+    rhythm_min = Float(60.0, config=True, help="See rhythm: the shortest idle limit it sets, in seconds.")
+    rhythm_gaps = Int(5, config=True, help="See rhythm: pauses a kernel makes before its rhythm is used.")
+    warn_before = Float(60.0, config=True, help="Seconds of warning before the policy suspends a kernel whose "
+                                                "notebook is open (a JupyterLab notification with \"Keep "
+                                                "running\", and a policy event); 0 warns nobody.")
+    group_floors = Dict(value_trait=Int(), config=True,
+                        help="GPUs each group's idle kernels keep under policy suspends, e.g. {'vision': 2}: "
+                             "a group never goes below it by policy. With Slurm placement, what a group holds "
+                             "is read from Slurm (kernel jobs carry their group), across every user's server.")
+    user_groups = Dict(value_trait=Unicode(), config=True,
+                       help="The group of each user for group_floors, e.g. {'alice': 'vision'}. Default: the "
+                            "user's primary Unix group. A kernelspec's metadata.gpuckpt.group wins over both.")
     gpu_utilization_threshold = Int(5, config=True,
                                     help="A kernel whose GPUs are busier than this (percent) is not idle.")
     suspend_connected = Bool(True, config=True, help="Whether kernels with open browser connections may be suspended.")
@@ -80,6 +112,12 @@ class GPUCheckpointApp(ExtensionApp):
                                                           "to the store may take (0: no limit), so it leaves "
                                                           "a shared file system to running kernels.")
 
+    @validate("rhythm_quantile")
+    def _check_quantile(self, proposal: Any) -> float:
+        if not 0 < proposal["value"] <= 1:
+            raise TraitError(f"GPUCheckpointApp.rhythm_quantile must be in (0, 1], not {proposal['value']}")
+        return float(proposal["value"])
+
     @validate("host_memory_limit")
     def _check_host_memory_limit(self, proposal: Any) -> str:
         try:
@@ -116,6 +154,9 @@ class GPUCheckpointApp(ExtensionApp):
         self.manager = CheckpointManager(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
                                          Ledger(Path(self.ledger_path)), self.emit, self.tasks)
         self.manager.on_moved.append(SuspendAwareConnection.kernel_moved)
+        GPUCheckpointProvisioner.group = self.user_groups.get(user_name()) or unix_group()
+        self.reclaimer = Reclaimer(self.manager, self.policy_for, self.group_floors, self.group_of, self.emit,
+                                   self.log)
         events.register_schemas(self.serverapp)
         assert self.serverapp.event_logger is not None, "jupyter_server 2 always has one"
         self.serverapp.event_logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
@@ -204,9 +245,7 @@ class GPUCheckpointApp(ExtensionApp):
     # -- policy --------------------------------------------------------------------------
 
     def base_policy(self) -> policy.Policy:
-        return policy.Policy(self.idle_timeout, self.gpu_utilization_threshold, self.suspend_connected,
-                             self.checkpoint_interval, self.keep_checkpoints, release_mode=self.release_mode,
-                             park_timeout=self.park_timeout)
+        return policy.Policy(**{name: getattr(self, name) for name in policy.POLICY_FIELDS if name != "exempt"})
 
     def policy_for(self, kernel_id: str) -> policy.Policy:
         km = self.manager.km(kernel_id)
@@ -215,8 +254,15 @@ class GPUCheckpointApp(ExtensionApp):
             effective.exempt = True
         return effective
 
+    def group_of(self, kernel_id: str) -> str:
+        """The kernel's group for the floors: its kernelspec's, else its user's."""
+        spec = self.manager.km(kernel_id).kernel_spec
+        chosen = ((spec.metadata if spec else {}).get("gpuckpt") or {}).get("group")
+        return str(chosen) if chosen else GPUCheckpointProvisioner.group
+
     def policy_model(self) -> dict[str, Any]:
-        return {**self.base_policy().__dict__, "exempt_kernels": list(self.exempt_kernels),
+        return {**self.base_policy().__dict__, "group_floors": dict(self.group_floors),
+                "group": GPUCheckpointProvisioner.group, "exempt_kernels": list(self.exempt_kernels),
                 "exempt_kernelspecs": list(self.exempt_kernelspecs), "policy_interval": self.policy_interval,
                 "store_root": self.store_root, "rebuild_skipped": self.rebuild_skipped,
                 "host_memory_limit": self.host_memory_limit, "staging_root": self.staging_root,
@@ -228,23 +274,12 @@ class GPUCheckpointApp(ExtensionApp):
             await asyncio.sleep(self.policy_interval)
             await self.policy_pass()
 
-    async def policy_pass(self) -> None:
-        """One pass: each kernel is decided and acted on independently, with one GPU reading."""
-        now = policy.now()
-        readings = GPUPool.instance().readings()
-        assert self.serverapp is not None
-        for kernel_id in list(self.serverapp.kernel_manager.list_kernel_ids()):
-            try:
-                action = policy.decide(self.policy_for(kernel_id), self.manager.model(kernel_id, readings), now)
-                if action == "suspend":
-                    await self.manager.operations.suspend(kernel_id, reason="policy")
-                elif action == "checkpoint":
-                    await self.manager.operations.checkpoint(kernel_id, reason="periodic")
-                elif action == "convert":
-                    await self.manager.operations.convert(kernel_id, reason="policy")
-            except Exception:
-                self.log.exception("gpuckpt policy failed for kernel %s", kernel_id)
+    async def policy_pass(self) -> list[policy.Decision]:
+        """One pass: every kernel decided (with one GPU reading) and acted on; parked kernels
+        past the host memory limit suspended."""
+        decisions = await self.reclaimer.run_pass()
         await self._convert_parked_over_limit()
+        return decisions
 
     async def _convert_parked_over_limit(self) -> None:
         """Parked kernels' GPU state lies in host memory, beside the staged copies: past

@@ -77,6 +77,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"{k['id']}: {k['waiting_for_gpus']}")
         if k.get("notice"):
             print(f"{k['id']}: {k['notice']}")
+        if (k.get("policy") or {}).get("reason"):
+            print(f"{k['id']}: policy: {k['policy']['reason']}")
         if k.get("last_error"):
             print(f"{k['id']}: last error: {k['last_error']}")
         writing = k.get("write_behind") or {}

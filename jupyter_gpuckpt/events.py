@@ -18,9 +18,11 @@ from typing import Any
 Emit = Callable[[str, dict[str, Any]], None]
 """``emit(event, data)``: how the manager reports each phase of each operation."""
 
-#: Every event the manager emits, by the name it passes to ``emit``.
-EVENTS = ("checkpoint", "suspend", "resume", "restore-after-failure")
-#: The phases of an operation; every event carries one.
+#: The operations' events, by the name the manager passes to ``emit``; each has phases.
+OPERATION_EVENTS = ("checkpoint", "suspend", "resume", "restore-after-failure")
+#: Every event: the operations', and the policy's warnings and decisions to act.
+EVENTS = (*OPERATION_EVENTS, "policy")
+#: The phases of an operation; every operation event carries one.
 PHASES = ("started", "progress", "released", "done", "failed", "writing", "write_failed", "durable")
 
 SCHEMA_DIR = Path(__file__).parent / "event_schemas"

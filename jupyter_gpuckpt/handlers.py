@@ -120,6 +120,16 @@ class KernelActionHandler(GPUCheckpointHandler):
         self.finish(json.dumps({**self.manager.model(kernel_id), "outcome": "started"}))
 
 
+class KeepRunningHandler(GPUCheckpointHandler):
+    """``POST .../keep``: the user's "Keep running" on a policy warning; counts as activity."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, kernel_id: str) -> None:
+        kernel_id = self.kernel_id(kernel_id)
+        await self.answer(lambda: self.app.reclaimer.keep(kernel_id))
+
+
 class KernelCheckpointsHandler(GPUCheckpointHandler):
     @web.authenticated
     @authorized
@@ -155,6 +165,7 @@ default_handlers = [
     (r"/api/gpuckpt/kernels", KernelsHandler),
     (rf"/api/gpuckpt/kernels/{_kid}", KernelHandler),
     (rf"/api/gpuckpt/kernels/{_kid}/(?P<action>checkpoint|suspend|resume|rebuild)", KernelActionHandler),
+    (rf"/api/gpuckpt/kernels/{_kid}/keep", KeepRunningHandler),
     (rf"/api/gpuckpt/kernels/{_kid}/checkpoints", KernelCheckpointsHandler),
     (r"/api/gpuckpt/checkpoints/(?P<checkpoint_id>[^/]+)", CheckpointHandler),
     (r"/api/gpuckpt/gpus", GPUsHandler),

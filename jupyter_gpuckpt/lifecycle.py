@@ -62,6 +62,10 @@ class KernelRecord:
     lost before its write-behind ends."""
     write_behind: dict[str, Any] | None = None
     """The durable write of a staged checkpoint under way: bytes, or the last error."""
+    decision: dict[str, Any] | None = None
+    """The policy's last decision for the kernel and why (``policy.Decision.to_json``)."""
+    warned_at: float | None = None
+    """When the user was last warned that the policy will suspend the kernel."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _settled: asyncio.Future[str | None] | None = field(default=None, repr=False)
 
@@ -76,6 +80,7 @@ class KernelRecord:
             "notice": self.notice,
             "report": self.report,
             "write_behind": self.write_behind,
+            "policy": self.decision,
             "suspended_for": None if self.suspended_at is None else time.time() - self.suspended_at,
             "parked_for": None if self.parked_at is None else time.time() - self.parked_at,
         }

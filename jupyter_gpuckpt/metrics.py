@@ -32,7 +32,7 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .events import EVENTS
+from .events import OPERATION_EVENTS
 from .lifecycle import State
 
 STATES = tuple(s.value for s in State)
@@ -69,6 +69,12 @@ OPERATIONS = Counter(
     "Lifecycle operations that ended, by event and outcome.",
     ["event", "outcome"],
 )
+POLICY_ACTIONS = Counter(
+    "jupyter_gpuckpt_policy_actions",
+    "What the policy did or announced, by action (warn, suspend, kept: a user's Keep running) "
+    "and cause (idle: the kernel's idle limit; demand: someone waited for a GPU; user).",
+    ["action", "cause"],
+)
 
 # Create every labelled series now, so that each is scraped (as 0) before it first happens.
 for _operation in ("checkpoint", "suspend"):
@@ -77,7 +83,7 @@ for _kind in ("total", "written"):
     CHECKPOINT_BYTES.labels(_kind)
 for _operation in ("resume", "restore-after-failure"):
     RESTORE_SECONDS.labels(_operation)
-for _event in EVENTS:
+for _event in OPERATION_EVENTS:
     for _outcome in ("done", "failed"):
         OPERATIONS.labels(_event, _outcome)
 
@@ -116,6 +122,9 @@ class ServerMetrics:
             self.suspended[kernel_id] = (now, self._resuming.pop(kernel_id, 0))
         elif event == "resume" and phase == "done":
             self._resuming.pop(kernel_id, None)
+        if event == "policy":
+            cause = "user" if data["action"] == "kept" else "demand" if data.get("for_demand") else "idle"
+            POLICY_ACTIONS.labels(data["action"], cause).inc()
         if phase == "done":
             self._observe_done(event, data)
 

@@ -1,36 +1,72 @@
-"""Idle policy: which kernels to suspend or checkpoint now.
+"""Reclaim policy: which kernels to suspend, warn, checkpoint or convert now, and why.
+
+Pure: it reads a :class:`KernelView` of each kernel and the :class:`Demand` for GPUs, and
+returns a :class:`Decision` with a reason for every kernel. The server's policy pass
+(``app.py``) and the trace replay (``replay/``) run this same code, on the real clock and on
+a simulated one, so what the replay reports is what the server would do.
 
 The settings are the extension's traitlets; a kernelspec can override any of them in its
 metadata under ``"gpuckpt"`` (for example ``{"idle_timeout": 600}``). A busy kernel is never
 suspended by policy, and checkpoint traffic never counts as activity.
+
+Reclaim modes:
+
+- ``idle``: suspend a kernel idle for ``idle_timeout`` (``cpu_idle_timeout`` for kernels
+  holding no GPU), or, with ``rhythm``, for longer than its own usual pause between cells;
+- ``on_demand``: suspend idle kernels only while GPU requests wait that their GPUs could
+  serve, cheapest first (longest idle, least state to write, most GPUs freed), never more
+  than the waiting requests need;
+- ``both``: on demand after ``demand_idle``, and always after the idle limit.
+
+Floors: under any policy suspend, a group keeps at least ``floors[group]`` GPUs.
 """
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from .lifecycle import State
+RECLAIM_MODES = ("idle", "on_demand", "both")
 
-POLICY_FIELDS = ("idle_timeout", "gpu_utilization_threshold", "suspend_connected",
-                 "checkpoint_interval", "keep_checkpoints", "exempt", "release_mode", "park_timeout")
+POLICY_FIELDS = ("idle_timeout", "cpu_idle_timeout", "gpu_utilization_threshold", "suspend_connected",
+                 "checkpoint_interval", "keep_checkpoints", "exempt", "release_mode", "park_timeout", "reclaim",
+                 "demand_idle", "rhythm", "rhythm_factor", "rhythm_quantile", "rhythm_min", "rhythm_gaps",
+                 "warn_before")
 
 
 @dataclass
 class Policy:
     """The effective policy for one kernel."""
 
-    idle_timeout: float
-    gpu_utilization_threshold: int
-    suspend_connected: bool
-    checkpoint_interval: float
-    keep_checkpoints: int
+    idle_timeout: float = 0.0
+    """Seconds idle before a GPU kernel is suspended (modes idle and both); 0 never."""
+    gpu_utilization_threshold: int = 5
+    suspend_connected: bool = True
+    checkpoint_interval: float = 0.0
+    keep_checkpoints: int = 5
     exempt: bool = False
     release_mode: str = "park"
     """How a suspend frees the GPU: "park" (CUDA driver, process kept) where it can, else "suspend"."""
     park_timeout: float = 3600.0
     """A kernel parked this long is suspended (its process ended); 0 never."""
+    reclaim: str = "idle"
+    """One of :data:`RECLAIM_MODES`."""
+    cpu_idle_timeout: float = -1.0
+    """Seconds idle before a kernel holding no GPU is suspended; below 0: ``idle_timeout``."""
+    demand_idle: float = 60.0
+    """Seconds idle before a kernel may be suspended for a waiting GPU request (on_demand, both)."""
+    rhythm: bool = False
+    """Take the idle limit from the kernel's own pauses between cells rather than one timeout."""
+    rhythm_factor: float = 2.0
+    rhythm_quantile: float = 0.8
+    rhythm_min: float = 60.0
+    rhythm_gaps: int = 5
+    """Pauses seen before the kernel's rhythm is trusted; until then the idle limit applies."""
+    warn_before: float = 0.0
+    """Seconds of warning before a policy suspend of a kernel with an open notebook; 0 none."""
 
     def override(self, metadata: dict[str, Any]) -> Policy:
         """This policy with a kernelspec's ``metadata["gpuckpt"]`` applied."""
@@ -38,27 +74,248 @@ class Policy:
         updates = {k: v for k, v in (metadata.get("gpuckpt") or {}).items() if k in names}
         return Policy(**{**self.__dict__, **updates})
 
-
-def decide(policy: Policy, model: dict[str, Any], now: float) -> str | None:
-    """"suspend", "checkpoint", "convert" (a kernel parked for ``park_timeout`` is suspended)
-    or None for a kernel's model (see ``CheckpointManager.model``)."""
-    if model["state"] == State.PARKED.value:
-        parked = model.get("parked_for")
-        return "convert" if policy.park_timeout > 0 and parked is not None and parked >= policy.park_timeout else None
-    if policy.exempt or model["state"] != State.RUNNING.value or model["execution_state"] == "busy":
+    def problem(self) -> str | None:
+        """What makes this policy unusable (a wrong mode or quantile), or None."""
+        if self.reclaim not in RECLAIM_MODES:
+            return f"reclaim must be one of {', '.join(RECLAIM_MODES)}, not {self.reclaim!r}"
+        if not 0 < self.rhythm_quantile <= 1:
+            return f"rhythm_quantile must be in (0, 1], not {self.rhythm_quantile}"
         return None
-    idle = model["idle_seconds"]
-    busy_gpu = any(g["utilization"] > policy.gpu_utilization_threshold for g in model["gpus"])
-    connected_ok = policy.suspend_connected or not model["connections"]
-    if (policy.idle_timeout > 0 and idle is not None and idle >= policy.idle_timeout
-            and not busy_gpu and connected_ok and model["suspendable"]):
-        return "suspend"
-    last = model["last_checkpoint"]
-    since = now - last["time"] if last else None
-    if policy.checkpoint_interval > 0 and (since is None or since >= policy.checkpoint_interval):
-        if last is None or idle is None or idle < (since or 0):  # something ran since
-            return "checkpoint"
+
+
+@dataclass
+class KernelView:
+    """What the policy reads of one kernel: from the server's model, or the replay's simulation."""
+
+    kernel_id: str
+    state: str = "running"
+    busy: bool = False
+    """A cell runs."""
+    idle_seconds: float | None = None
+    """Since the user's last activity; None before any."""
+    gpus: int = 0
+    gpu_utilization: int = 0
+    """The busiest of its GPUs, percent."""
+    connections: int = 0
+    """Open notebooks (websockets)."""
+    suspendable: bool = True
+    state_bytes: int = 0
+    """What a suspend would write (the size of its last checkpoint; 0 unknown)."""
+    group: str = ""
+    pool: str = "local"
+    """Which waiting GPU requests its GPUs could serve (see :class:`Demand`)."""
+    gaps: Sequence[float] = ()
+    """Its past pauses between cells, in seconds, oldest first."""
+    warned_at: float | None = None
+    """When the user was warned of a coming suspend, if since their last activity."""
+    parked_for: float | None = None
+    checkpoint_age: float | None = None
+    """Seconds since its last checkpoint; None: it has none."""
+
+
+@dataclass
+class Demand:
+    """GPU requests waiting in one pool: kernels of this server waiting in its GPU pool, or
+    jobs pending in Slurm for GPUs this server's kernels could vacate."""
+
+    gpus: int = 0
+    waiters: Sequence[str] = ()
+    """One readable name per waiting request ("kernel 1a2b3c4d", "Slurm job 12 (bob)")."""
+
+
+@dataclass
+class Decision:
+    kernel_id: str
+    action: str | None = None
+    """"suspend", "warn", "checkpoint", "convert", or None (kept as it is)."""
+    reason: str = ""
+    """Why, for the user: "idle 42 min, 2 waiting for a GPU", "kept: group floor"."""
+    due_in: float | None = None
+    """Seconds until a warned suspend falls due."""
+    for_demand: bool = False
+    """The suspend serves a waiting GPU request (else: idle limit reached)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"action": self.action, "reason": self.reason, "due_in": self.due_in, "for_demand": self.for_demand}
+
+
+@dataclass
+class Floors:
+    """GPUs each group keeps under policy suspends, and what each holds now."""
+
+    floors: Mapping[str, int] = field(default_factory=dict)
+    held: Mapping[str, int] = field(default_factory=dict)
+    """GPUs held by the group's running kernels (every server's, where the placement can tell)."""
+
+    def keeps(self, group: str, gpus: int, freed: Mapping[str, int]) -> bool:
+        """Whether suspending ``gpus`` more of ``group``'s GPUs would take it below its floor."""
+        floor = self.floors.get(group, 0)
+        return floor > 0 and self.held.get(group, 0) - freed.get(group, 0) - gpus < floor
+
+
+def duration(seconds: float) -> str:
+    """"42 s", "12 min", "3.5 h": short, for reasons shown to users."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank), which must not be empty."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def idle_limit(policy: Policy, kernel: KernelView) -> tuple[float, str] | None:
+    """The idle seconds after which ``kernel`` is suspended with nobody waiting, and how that
+    limit was set; None: never (mode on_demand, or a timeout of 0)."""
+    if policy.reclaim == "on_demand":
+        return None
+    timeout = policy.idle_timeout if kernel.gpus or policy.cpu_idle_timeout < 0 else policy.cpu_idle_timeout
+    if timeout <= 0:
+        return None
+    if policy.rhythm and len(kernel.gaps) >= policy.rhythm_gaps:
+        usual = quantile(kernel.gaps, policy.rhythm_quantile)
+        limit = min(timeout, max(policy.rhythm_min, policy.rhythm_factor * usual))
+        if limit < timeout:
+            return limit, f"{policy.rhythm_factor:g}x its usual pause of {duration(usual)}"
+    return timeout, f"timeout {duration(timeout)}"
+
+
+def _kept(kernel: KernelView, policy: Policy) -> str | None:
+    """Why ``kernel`` may not be suspended by policy at all, or None."""
+    if policy.exempt:
+        return "kept: exempt"
+    if not kernel.suspendable:
+        return "kept: not a checkpointable kernel"
+    if kernel.busy:
+        return "kept: a cell runs"
+    if kernel.gpu_utilization > policy.gpu_utilization_threshold:
+        return f"kept: its GPU is busy ({kernel.gpu_utilization}%)"
+    if not policy.suspend_connected and kernel.connections:
+        return "kept: a notebook is open (suspend_connected is off)"
+    if kernel.idle_seconds is None:
+        return "kept: no activity yet"
     return None
+
+
+def _maybe_warned(policy: Policy, kernel: KernelView, decision: Decision, now: float) -> Decision:
+    """A suspend of a kernel with an open notebook is announced ``warn_before`` ahead."""
+    if decision.action != "suspend" or policy.warn_before <= 0 or not kernel.connections:
+        return decision
+    if kernel.warned_at is None:
+        return Decision(kernel.kernel_id, "warn", decision.reason, policy.warn_before, decision.for_demand)
+    left = kernel.warned_at + policy.warn_before - now
+    if left > 0:
+        return Decision(kernel.kernel_id, None, f"warned: suspend in {duration(left)}; {decision.reason}", left,
+                        decision.for_demand)
+    return decision
+
+
+def decide(policy: Policy, kernel: KernelView, now: float) -> Decision:
+    """The decision for one kernel with nobody waiting for a GPU: suspend at the idle limit
+    (warned first where a notebook is open), checkpoint, convert a long-parked one, or keep."""
+    kid = kernel.kernel_id
+    if kernel.state == "parked":
+        if policy.park_timeout > 0 and kernel.parked_for is not None and kernel.parked_for >= policy.park_timeout:
+            return Decision(kid, "convert", f"parked {duration(kernel.parked_for)}, longer than park_timeout")
+        return Decision(kid, None, "parked")
+    if kernel.state != "running":
+        return Decision(kid, None, kernel.state)
+    kept = _kept(kernel, policy)
+    limit = idle_limit(policy, kernel)
+    idle = kernel.idle_seconds
+    if kept is None and limit is not None and idle is not None:
+        seconds, how = limit
+        if idle >= seconds - (policy.warn_before if kernel.connections else 0):
+            reason = f"idle {duration(idle)} ({how})"
+            warned = _maybe_warned(policy, kernel, Decision(kid, "suspend", reason), now)
+            if warned.action == "warn" or idle >= seconds:
+                return warned
+    checkpoint = _checkpoint_due(policy, kernel)
+    if checkpoint is not None:
+        return checkpoint
+    if kept is not None:
+        return Decision(kid, None, kept)
+    if limit is None:
+        return Decision(kid, None, f"kept: idle {duration(idle or 0)}, nobody waits for a GPU")
+    return Decision(kid, None, f"kept: idle {duration(idle or 0)} of {duration(limit[0])} ({limit[1]})")
+
+
+def _checkpoint_due(policy: Policy, kernel: KernelView) -> Decision | None:
+    age = kernel.checkpoint_age
+    if policy.checkpoint_interval <= 0 or (age is not None and age < policy.checkpoint_interval):
+        return None
+    if age is None or kernel.idle_seconds is None or kernel.idle_seconds < age:  # something ran since
+        return Decision(kernel.kernel_id, "checkpoint", "periodic checkpoint")
+    return None
+
+
+def cost_order(kernel: KernelView) -> tuple[float, int, int]:
+    """Cheapest suspend first: longest idle (by the minute), least state to write, most GPUs freed."""
+    return (-math.floor((kernel.idle_seconds or 0) / 60), kernel.state_bytes, -kernel.gpus)
+
+
+def plan(policy_of: Callable[[str], Policy], kernels: Sequence[KernelView], demand: Mapping[str, Demand],
+         floors: Floors, now: float) -> list[Decision]:
+    """A decision for every kernel: :func:`decide`'s, then suspends for the waiting GPU
+    requests of each pool, cheapest first and no more than needed, and floors over both."""
+    decisions = {k.kernel_id: decide(policy_of(k.kernel_id), k, now) for k in kernels}
+    freed: dict[str, int] = {}
+    by_pool: dict[str, int] = {}
+    for k in kernels:
+        if k.state == "checkpointing":  # a suspend under way frees its GPUs for who waits
+            by_pool[k.pool] = by_pool.get(k.pool, 0) + k.gpus
+    for k in kernels:
+        d = decisions[k.kernel_id]
+        if d.action in ("suspend", "warn") and floors.keeps(k.group, k.gpus, freed):
+            decisions[k.kernel_id] = Decision(k.kernel_id, None, _floor_reason(k, floors))
+        elif d.action == "suspend":
+            freed[k.group] = freed.get(k.group, 0) + k.gpus
+            by_pool[k.pool] = by_pool.get(k.pool, 0) + k.gpus
+    for pool, wanted in demand.items():
+        if wanted.gpus <= 0:
+            continue
+        need = wanted.gpus - by_pool.get(pool, 0)
+        waiting = _waiting(wanted)
+        candidates = [k for k in kernels if k.pool == pool and k.gpus > 0
+                      and decisions[k.kernel_id].action is None and k.state == "running"]
+        for k in sorted(candidates, key=cost_order):
+            policy = policy_of(k.kernel_id)
+            kept = _kept(k, policy)
+            if policy.reclaim == "idle":
+                continue
+            if kept is not None:
+                decisions[k.kernel_id] = Decision(k.kernel_id, None, f"{kept}; {waiting}")
+                continue
+            idle = k.idle_seconds or 0
+            if idle < policy.demand_idle:
+                decisions[k.kernel_id] = Decision(
+                    k.kernel_id, None, f"kept: idle {duration(idle)}, under {duration(policy.demand_idle)}; {waiting}")
+                continue
+            if need <= 0:
+                decisions[k.kernel_id] = Decision(k.kernel_id, None, f"kept: enough GPUs are being freed; {waiting}")
+                continue
+            if floors.keeps(k.group, k.gpus, freed):
+                decisions[k.kernel_id] = Decision(k.kernel_id, None, _floor_reason(k, floors))
+                continue
+            suspend = Decision(k.kernel_id, "suspend", f"idle {duration(idle)}, {waiting}", for_demand=True)
+            decisions[k.kernel_id] = _maybe_warned(policy, k, suspend, now)
+            freed[k.group] = freed.get(k.group, 0) + k.gpus
+            need -= k.gpus
+    return [decisions[k.kernel_id] for k in kernels]
+
+
+def _waiting(demand: Demand) -> str:
+    who = len(demand.waiters) or 1
+    return f"{who} waiting for a GPU" if who == 1 else f"{who} waiting for GPUs"
+
+
+def _floor_reason(kernel: KernelView, floors: Floors) -> str:
+    group = kernel.group or "this group"
+    return f"kept: group floor ({group} keeps {floors.floors.get(kernel.group, 0)} GPU(s))"
 
 
 def now() -> float:

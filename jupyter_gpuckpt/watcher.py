@@ -1,18 +1,28 @@
-"""Which cells a kernel ran, seen on its IOPub stream, to name those a failure loses."""
+"""Which cells a kernel ran, seen on its IOPub stream: to name those a failure loses, and
+the user's pauses between cells, the rhythm the policy may take its idle limit from."""
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from typing import Any
 
 from jupyter_client.session import Session
 
+GAPS_KEPT = 50
+"""Pauses kept per kernel: its recent rhythm, not its whole history."""
+
 
 class ExecutionWatcher:
-    """Follows the ``execute_input`` messages of the kernels it watches."""
+    """Follows the cells (``execute_input``, and the ``idle`` status that ends each) of the
+    kernels it watches."""
 
     def __init__(self) -> None:
         self.cells: dict[str, list[int]] = {}
+        self.gaps: dict[str, deque[float]] = {}
+        """Per kernel, the seconds between the end of a cell and the start of the next."""
         self._streams: dict[str, Any] = {}
+        self._cell_ended: dict[str, float] = {}
 
     def watch(self, kernel_id: str, km: Any) -> None:
         """Start following ``km``'s IOPub (once per kernel; the stream survives restarts
@@ -22,12 +32,23 @@ class ExecutionWatcher:
         stream = km.connect_iopub()
         session = Session(key=km.session.key)
         counts = self.cells.setdefault(kernel_id, [])
+        gaps = self.gaps.setdefault(kernel_id, deque(maxlen=GAPS_KEPT))
+        running: set[str] = set()
 
         def on_message(parts: list[bytes]) -> None:
             _, frames = session.feed_identities(parts)
             msg = session.deserialize(frames, content=False)
-            if msg["header"]["msg_type"] == "execute_input":
+            kind = msg["header"]["msg_type"]
+            if kind == "execute_input":
                 counts.append(int(session.unpack(msg["content"])["execution_count"]))
+                ended = self._cell_ended.get(kernel_id)
+                if ended is not None:
+                    gaps.append(time.time() - ended)
+                running.add(msg["parent_header"].get("msg_id", ""))
+            elif kind == "status" and msg["parent_header"].get("msg_id") in running:
+                if session.unpack(msg["content"]).get("execution_state") == "idle":
+                    running.discard(msg["parent_header"]["msg_id"])
+                    self._cell_ended[kernel_id] = time.time()
 
         stream.on_recv(on_message)
         self._streams[kernel_id] = stream
@@ -40,6 +61,8 @@ class ExecutionWatcher:
         """Stop following the kernel (``keep_cells``: it moved, and is followed again)."""
         if not keep_cells:
             self.cells.pop(kernel_id, None)
+            self.gaps.pop(kernel_id, None)
+            self._cell_ended.pop(kernel_id, None)
         stream = self._streams.pop(kernel_id, None)
         if stream is not None:
             stream.close()

@@ -8,9 +8,6 @@ import pytest
 from server_fixtures import api, run, start_kernel
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpuckpt import policy
-from jupyter_gpuckpt.lifecycle import State
-
 
 def _no_driver_reason(text: str) -> bool:
     return "CUDA driver" in text or "cuda-python is not installed" in text
@@ -42,12 +39,3 @@ async def test_the_default_park_falls_back_to_suspend_quietly(jp_fetch, jp_serve
     with pytest.raises(HTTPClientError) as refused:
         await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1", mode="hibernate")
     assert refused.value.code == 400
-
-
-def test_a_kernel_parked_past_the_park_timeout_is_to_be_suspended() -> None:
-    settings = policy.Policy(0.0, 5, True, 0.0, 5, park_timeout=600.0)
-    model = {"state": State.PARKED.value, "parked_for": 599.0}
-    assert policy.decide(settings, model, 0.0) is None
-    assert policy.decide(settings, {**model, "parked_for": 601.0}, 0.0) == "convert"
-    never = policy.Policy(0.0, 5, True, 0.0, 5, park_timeout=0.0)
-    assert policy.decide(never, {**model, "parked_for": 10**6}, 0.0) is None

@@ -1,49 +1,154 @@
-"""The policy's decision for one kernel, case by case (the loop itself: test_server_policy.py)."""
+"""The policy's decisions, case by case: one kernel (decide), and kernels competing for
+waiting GPU requests (plan: order, floors, warnings). The server's loop: test_server_policy.py
+and test_server_reclaim.py; the replay runs the same functions: test_replay.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from jupyter_gpuckpt.policy import Policy, decide
+from jupyter_gpuckpt.policy import Decision, Demand, Floors, KernelView, Policy, decide, idle_limit, plan
 
 NOW = 10_000.0
+MIN = 60.0
 
 
 def _policy(**changes) -> Policy:
-    base = Policy(idle_timeout=600, gpu_utilization_threshold=5, suspend_connected=True,
-                  checkpoint_interval=0, keep_checkpoints=5)
-    return Policy(**{**base.__dict__, **changes})
+    return Policy(**{**Policy(idle_timeout=600).__dict__, **changes})
 
 
-def _model(**changes) -> dict:
-    base = {"state": "running", "execution_state": "idle", "idle_seconds": 900.0, "gpus": [],
-            "connections": 0, "suspendable": True, "last_checkpoint": None}
-    return {**base, **changes}
+def _kernel(**changes) -> KernelView:
+    base = KernelView("k", idle_seconds=900.0, gpus=1)
+    return KernelView(**{**base.__dict__, **changes})
 
 
-@pytest.mark.parametrize(("policy", "model", "expected"), [
-    (_policy(), _model(), "suspend"),
-    (_policy(), _model(idle_seconds=30.0), None),
-    (_policy(idle_timeout=0), _model(), None),
-    (_policy(), _model(execution_state="busy"), None),
-    (_policy(exempt=True), _model(), None),
-    (_policy(), _model(state="suspended"), None),
-    (_policy(), _model(suspendable=False), None),
-    (_policy(), _model(gpus=[{"utilization": 80}]), None),
-    (_policy(), _model(gpus=[{"utilization": 2}]), "suspend"),
-    (_policy(suspend_connected=False), _model(connections=1), None),
-    (_policy(suspend_connected=False), _model(connections=0), "suspend"),
-    (_policy(idle_timeout=0, checkpoint_interval=60), _model(idle_seconds=5.0), "checkpoint"),
-    (_policy(idle_timeout=0, checkpoint_interval=60),
-     _model(idle_seconds=5.0, last_checkpoint={"time": NOW - 30}), None),
-    (_policy(idle_timeout=0, checkpoint_interval=60),
-     _model(idle_seconds=5.0, last_checkpoint={"time": NOW - 120}), "checkpoint"),
+@pytest.mark.parametrize(("policy", "kernel", "expected"), [
+    (_policy(), _kernel(), "suspend"),
+    (_policy(), _kernel(idle_seconds=30.0), None),
+    (_policy(idle_timeout=0), _kernel(), None),
+    (_policy(), _kernel(busy=True), None),
+    (_policy(exempt=True), _kernel(), None),
+    (_policy(), _kernel(state="suspended"), None),
+    (_policy(), _kernel(suspendable=False), None),
+    (_policy(), _kernel(gpu_utilization=80), None),
+    (_policy(), _kernel(gpu_utilization=2), "suspend"),
+    (_policy(suspend_connected=False), _kernel(connections=1), None),
+    (_policy(suspend_connected=False), _kernel(connections=0), "suspend"),
+    (_policy(reclaim="on_demand"), _kernel(idle_seconds=10 ** 6), None),
+    (_policy(reclaim="both"), _kernel(), "suspend"),
+    # GPU and CPU kernels have their own timeouts
+    (_policy(cpu_idle_timeout=3600), _kernel(gpus=0), None),
+    (_policy(cpu_idle_timeout=60), _kernel(gpus=0, idle_seconds=120.0), "suspend"),
+    (_policy(cpu_idle_timeout=0), _kernel(gpus=0), None),
+    (_policy(cpu_idle_timeout=-1), _kernel(gpus=0), "suspend"),
+    (_policy(cpu_idle_timeout=3600), _kernel(gpus=1), "suspend"),
+    (_policy(idle_timeout=0, checkpoint_interval=60), _kernel(idle_seconds=5.0), "checkpoint"),
+    (_policy(idle_timeout=0, checkpoint_interval=60), _kernel(idle_seconds=5.0, checkpoint_age=30.0), None),
+    (_policy(idle_timeout=0, checkpoint_interval=60), _kernel(idle_seconds=5.0, checkpoint_age=120.0), "checkpoint"),
     # nothing ran since the last checkpoint: another one would hold the same state
-    (_policy(idle_timeout=0, checkpoint_interval=60),
-     _model(idle_seconds=500.0, last_checkpoint={"time": NOW - 120}), None),
+    (_policy(idle_timeout=0, checkpoint_interval=60), _kernel(idle_seconds=500.0, checkpoint_age=120.0), None),
+    (_policy(park_timeout=600), _kernel(state="parked", parked_for=601.0), "convert"),
+    (_policy(park_timeout=600), _kernel(state="parked", parked_for=10.0), None),
+    (_policy(park_timeout=0), _kernel(state="parked", parked_for=10.0 ** 6), None),
 ])
-def test_decide(policy, model, expected):
-    assert decide(policy, model, NOW) == expected
+def test_decide(policy, kernel, expected):
+    assert decide(policy, kernel, NOW).action == expected
+
+
+def test_every_decision_says_why():
+    assert decide(_policy(), _kernel(), NOW).reason == "idle 15 min (timeout 10 min)"
+    assert decide(_policy(), _kernel(idle_seconds=180.0), NOW).reason == "kept: idle 3 min of 10 min (timeout 10 min)"
+    assert decide(_policy(), _kernel(busy=True), NOW).reason == "kept: a cell runs"
+    assert decide(_policy(), _kernel(gpu_utilization=73), NOW).reason == "kept: its GPU is busy (73%)"
+    assert decide(_policy(reclaim="on_demand"), _kernel(), NOW).reason == "kept: idle 15 min, nobody waits for a GPU"
+
+
+def test_the_rhythm_sets_each_kernels_limit_from_its_own_pauses():
+    policy = _policy(idle_timeout=3600, rhythm=True, rhythm_factor=2, rhythm_quantile=0.8, rhythm_min=60,
+                     rhythm_gaps=5)
+    quick = _kernel(gaps=[20, 30, 25, 22, 28])  # 0.8 quantile: 28 s; twice that is under the 60 s floor
+    slow = _kernel(gaps=[300, 600, 420, 500, 480])  # 0.8 quantile: 500 s
+    new = _kernel(gaps=[300, 600])  # too few pauses to trust
+    assert idle_limit(policy, quick) == (60, "2x its usual pause of 28 s")
+    assert idle_limit(policy, slow) == (1000, "2x its usual pause of 8 min")
+    assert idle_limit(policy, new) == (3600, "timeout 60 min")
+    assert decide(policy, _kernel(gaps=quick.gaps, idle_seconds=61.0), NOW).action == "suspend"
+    assert decide(policy, _kernel(gaps=slow.gaps, idle_seconds=900.0), NOW).action is None
+
+
+def test_an_open_notebook_is_warned_before_the_suspend_and_keep_running_restarts_the_clock():
+    policy = _policy(idle_timeout=600, warn_before=120)
+    early = decide(policy, _kernel(idle_seconds=400.0, connections=1), NOW)
+    assert early.action is None
+    warn = decide(policy, _kernel(idle_seconds=500.0, connections=1), NOW)
+    assert (warn.action, warn.due_in, warn.reason) == ("warn", 120, "idle 8 min (timeout 10 min)")
+    pending = decide(policy, _kernel(idle_seconds=610.0, connections=1, warned_at=NOW - 100), NOW)
+    assert pending.action is None and pending.reason.startswith("warned: suspend in 20 s")
+    due = decide(policy, _kernel(idle_seconds=620.0, connections=1, warned_at=NOW - 120), NOW)
+    assert due.action == "suspend"
+    # nobody to warn: the suspend comes at the limit
+    assert decide(policy, _kernel(idle_seconds=600.0), NOW).action == "suspend"
+    # "Keep running" is activity: the idle time starts again and the warning is void
+    assert decide(policy, _kernel(idle_seconds=0.0, connections=1), NOW).action is None
+
+
+def _pool(*kernels: KernelView, demand: int = 1, policy: Policy | None = None,
+          floors: Floors | None = None) -> dict[str, Decision]:
+    chosen = policy or _policy(reclaim="on_demand", demand_idle=60)
+    waiting = Demand(demand, [f"kernel w{i}" for i in range(demand)])
+    decisions = plan(lambda _: chosen, list(kernels), {"local": waiting}, floors or Floors(), NOW)
+    return {d.kernel_id: d for d in decisions}
+
+
+def test_on_demand_suspends_the_cheapest_and_never_more_than_needed():
+    got = _pool(KernelView("short", idle_seconds=10 * MIN, gpus=1, state_bytes=10),
+                KernelView("long", idle_seconds=50 * MIN, gpus=1, state_bytes=10 ** 9),
+                KernelView("long-light", idle_seconds=50 * MIN + 20, gpus=1, state_bytes=10),
+                KernelView("fresh", idle_seconds=30.0, gpus=1))
+    # longest idle first (by the minute), then the least state to write: one GPU wanted, one freed
+    assert [k for k, d in got.items() if d.action == "suspend"] == ["long-light"]
+    assert got["long-light"].reason == "idle 50 min, 1 waiting for a GPU"
+    assert got["long-light"].for_demand
+    assert got["long"].reason == "kept: enough GPUs are being freed; 1 waiting for a GPU"
+    assert got["fresh"].reason == "kept: idle 30 s, under 60 s; 1 waiting for a GPU"
+
+
+def test_on_demand_prefers_the_kernel_that_frees_more_gpus_and_counts_suspends_under_way():
+    got = _pool(KernelView("one", idle_seconds=20 * MIN, gpus=1), KernelView("two", idle_seconds=20 * MIN, gpus=2),
+                demand=2)
+    assert [k for k, d in got.items() if d.action == "suspend"] == ["two"]
+    got = _pool(KernelView("leaving", state="checkpointing", gpus=1), KernelView("idle", idle_seconds=20 * MIN, gpus=1))
+    assert got["idle"].action is None  # the suspend under way serves the one waiting
+
+
+def test_on_demand_does_nothing_while_nobody_waits():
+    got = _pool(KernelView("idle", idle_seconds=10 ** 5, gpus=1), demand=0)
+    assert got["idle"].action is None
+    assert got["idle"].reason == "kept: idle 27.8 h, nobody waits for a GPU"
+
+
+def test_group_floors_keep_gpus_under_demand_and_idle_limits():
+    floors = Floors({"vision": 1}, {"vision": 2, "nlp": 1})
+    got = _pool(KernelView("v1", idle_seconds=40 * MIN, gpus=1, group="vision"),
+                KernelView("v2", idle_seconds=30 * MIN, gpus=1, group="vision"),
+                KernelView("n1", idle_seconds=20 * MIN, gpus=1, group="nlp"), demand=3, floors=floors)
+    assert {k: d.action for k, d in got.items()} == {"v1": "suspend", "v2": None, "n1": "suspend"}
+    assert got["v2"].reason == "kept: group floor (vision keeps 1 GPU(s))"
+    idle = plan(lambda _: _policy(), [KernelView("v", idle_seconds=10 ** 4, gpus=1, group="vision")], {},
+                Floors({"vision": 1}, {"vision": 1}), NOW)
+    assert (idle[0].action, idle[0].reason) == (None, "kept: group floor (vision keeps 1 GPU(s))")
+
+
+def test_idle_mode_ignores_demand_and_both_uses_it_after_demand_idle():
+    kernel = KernelView("k", idle_seconds=5 * MIN, gpus=1)
+    assert _pool(kernel, policy=_policy(reclaim="idle", idle_timeout=3600))["k"].action is None
+    assert _pool(kernel, policy=_policy(reclaim="both", idle_timeout=3600, demand_idle=120))["k"].action == "suspend"
+    assert _pool(kernel, policy=_policy(reclaim="both", idle_timeout=3600, demand_idle=600))["k"].action is None
+
+
+def test_a_demand_suspend_of_an_open_notebook_is_warned_first():
+    policy = _policy(reclaim="on_demand", demand_idle=60, warn_before=30)
+    got = _pool(KernelView("k", idle_seconds=10 * MIN, gpus=1, connections=1), policy=policy)
+    assert (got["k"].action, got["k"].due_in, got["k"].for_demand) == ("warn", 30, True)
 
 
 def test_kernelspec_metadata_overrides_only_known_settings():

@@ -10,6 +10,7 @@ and why its last run ended. jupyter_client instantiates it from the kernelspec's
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -21,6 +22,7 @@ from traitlets import Unicode
 
 from ..errors import ParkFailed, ParkUnsupported, PlacementError, Unplaceable
 from ..gpus import GPU
+from ..policy import Demand
 
 PLACEMENTS = "jupyter_gpuckpt.placements"
 """Entry point group of placement implementations (``local``, ``slurm``)."""
@@ -131,6 +133,9 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     """Whether every run of the kernel is on the server's host, so a suspend can stage its
     state in host memory (written to the store by the server afterwards) and a resume can
     read it back from there."""
+    group: ClassVar[str] = ""
+    """The group the server's user counts in for the policy's floors, set by the extension as
+    it starts (a Slurm kernel's job carries it, so every server can read what a group holds)."""
     store_root: ClassVar[Path | None] = None
     """The server's checkpoint store, set by the extension as it starts: where a kernel that
     checkpoints itself (told to end by its placement) writes."""
@@ -204,6 +209,37 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
             It could not be given back; ``state`` says whether it is still parked.
         """
         raise ParkFailed("this kernel was never parked")
+
+    @property
+    @abc.abstractmethod
+    def demand_pool(self) -> str:
+        """Which waiting GPU requests this kernel's GPUs could serve: kernels of the same pool
+        compete for the same :meth:`demand` (``local:<host>``, ``slurm:<partition>``)."""
+
+    @abc.abstractmethod
+    async def demand(self) -> Demand:
+        """The GPU requests waiting now that suspending kernels of :attr:`demand_pool` could
+        serve (the same for every kernel of the pool; read once per policy pass)."""
+
+    async def group_gpus(self) -> dict[str, int] | None:
+        """GPUs held now by each group's running kernels, every server's, where the placement
+        can tell (Slurm: from the kernel jobs' tags); None: only this server's are known."""
+        return None
+
+    @classmethod
+    async def collect_orphans(cls, runs: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+        """End the kernel runs of this server that outlived it untracked (a Slurm job submitted
+        as the server was killed, before the ledger knew it); one line per run ended. The
+        manager calls it for each placement class as the server starts, before it registers
+        the ledger's kernels again; placements whose kernels end with the server have none.
+
+        Parameters
+        ----------
+        runs
+            Kernel id -> the :meth:`ledger_info` the ledger keeps for it (None: none), for
+            every kernel in the ledger.
+        """
+        return []
 
     def departure(self) -> Departure | None:
         """Why the last run ended without being asked (read once, by the failover)."""

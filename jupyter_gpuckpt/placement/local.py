@@ -22,6 +22,7 @@ from traitlets import Float, Int
 from .. import parking
 from ..errors import ParkFailed, ParkUnsupported
 from ..gpus import GPU, GPUPool
+from ..policy import Demand
 from ..processes import TAG, end_kernel_tree, ended
 from .contract import START_SUSPENDED, GPUCheckpointProvisioner, GPUNeeds, Location
 
@@ -65,6 +66,15 @@ class LocalPlacement(GPUCheckpointProvisioner, LocalProvisioner):
     @property
     def run_id(self) -> str | None:
         return None if self.pid is None else str(self.pid)
+
+    @property
+    def demand_pool(self) -> str:
+        return f"local:{socket.gethostname()}"
+
+    async def demand(self) -> Demand:
+        """Kernels of this server waiting in its GPU pool (to start or to resume)."""
+        waiting = dict(self.pool.waiting)
+        return Demand(sum(waiting.values()), [f"kernel {k[:8]}" for k in waiting])
 
     def _wanted(self) -> int:
         if self.gpus is not None:

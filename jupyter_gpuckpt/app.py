@@ -255,10 +255,9 @@ class GPUCheckpointApp(ExtensionApp):
         return effective
 
     def group_of(self, kernel_id: str) -> str:
-        """The kernel's group for the floors: its kernelspec's, else its user's."""
-        spec = self.manager.km(kernel_id).kernel_spec
-        chosen = ((spec.metadata if spec else {}).get("gpuckpt") or {}).get("group")
-        return str(chosen) if chosen else GPUCheckpointProvisioner.group
+        """The kernel's group for the floors (see ``GPUCheckpointProvisioner.kernel_group``)."""
+        provisioner = self.manager.provisioner(kernel_id)
+        return provisioner.kernel_group() if provisioner else GPUCheckpointProvisioner.group
 
     def policy_model(self) -> dict[str, Any]:
         return {**self.base_policy().__dict__, "group_floors": dict(self.group_floors),

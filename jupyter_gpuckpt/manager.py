@@ -31,7 +31,7 @@ from .ledger import Ledger
 from .lifecycle import KernelRecord, State
 from .operations import KernelOperations
 from .placement import GPUCheckpointProvisioner
-from .placement.contract import ADOPT, START_SUSPENDED
+from .placement.contract import ADOPT, START_SUSPENDED, placement_classes
 from .records import KernelRecords
 from .tasks import BackgroundTasks
 from .watcher import ExecutionWatcher
@@ -335,8 +335,17 @@ class CheckpointManager:
     async def reregister(self) -> None:
         """Register again, with the same ids, the kernels the ledger lists: suspended ones
         as suspended, and running ones whose placement outlived the server (Slurm jobs)
-        taken over where they run."""
-        for kernel_id, entry in self.records.ledger.load().items():
+        taken over where they run. Runs of this server's kernels that the ledger does not know
+        (a Slurm job submitted as the server was killed) are ended first."""
+        ledger = self.records.ledger.load()
+        runs = {kernel_id: entry.get("placement_info") for kernel_id, entry in ledger.items()}
+        for placement in placement_classes():
+            try:
+                for ended in await placement.collect_orphans(runs):
+                    self.tasks.log.warning("gpuckpt: ended %s, which the ledger did not know", ended)
+            except Exception:
+                self.tasks.log.exception("gpuckpt: could not look for untracked kernels of %s", placement.__name__)
+        for kernel_id, entry in ledger.items():
             running = entry.get("state") == State.RUNNING.value and entry.get("placement_info")
             # a parked kernel's process ended with the server: it is suspended, from the
             # checkpoint taken as it was parked

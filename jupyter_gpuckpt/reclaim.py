@@ -87,8 +87,13 @@ class Reclaimer:
         found: dict[str, policy.Demand] = {}
         for kernel_id in kernel_ids:
             provisioner = self.manager.provisioner(kernel_id)
-            if provisioner is not None and provisioner.demand_pool not in found:
+            if provisioner is None or provisioner.demand_pool in found:
+                continue
+            try:
                 found[provisioner.demand_pool] = await provisioner.demand()
+            except Exception as e:  # Slurm down, say: the pool's kernels are decided with nobody waiting
+                self.log.warning("gpuckpt policy: no demand for %s this pass: %s", provisioner.demand_pool, e)
+                found[provisioner.demand_pool] = policy.Demand()
         return found
 
     async def held(self, kernel_ids: list[str], views: list[policy.KernelView]) -> dict[str, int]:
@@ -104,7 +109,13 @@ class Reclaimer:
             if provisioner is None or type(provisioner) in asked:
                 continue
             asked.add(type(provisioner))
-            for group, gpus in (await provisioner.group_gpus() or {}).items():
+            try:
+                reported = await provisioner.group_gpus() or {}
+            except Exception as e:  # this server's own count stands
+                self.log.warning("gpuckpt policy: no group holdings from %s this pass: %s",
+                                 type(provisioner).__name__, e)
+                reported = {}
+            for group, gpus in reported.items():
                 held[group] = max(held.get(group, 0), gpus)
         return held
 

@@ -106,6 +106,11 @@ def placement_class(name: str) -> type[GPUCheckpointProvisioner]:
     return cls
 
 
+def placement_classes() -> list[type[GPUCheckpointProvisioner]]:
+    """Every registered placement's class."""
+    return [placement_class(e.name) for e in entry_points(group=PLACEMENTS)]
+
+
 class GPUCheckpointProvisioner(KernelProvisionerBase):
     """A kernel provisioner whose kernel can be suspended and resumed, possibly elsewhere.
 
@@ -209,6 +214,13 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
             It could not be given back; ``state`` says whether it is still parked.
         """
         raise ParkFailed("this kernel was never parked")
+
+    def kernel_group(self) -> str:
+        """The kernel's group for the policy's floors: its kernelspec's ``metadata.gpuckpt.group``,
+        else the user's (:attr:`group`)."""
+        spec = getattr(self.parent, "kernel_spec", None)
+        chosen = ((spec.metadata if spec else {}).get("gpuckpt") or {}).get("group")
+        return str(chosen) if chosen else self.group
 
     @property
     @abc.abstractmethod

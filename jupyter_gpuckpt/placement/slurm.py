@@ -9,6 +9,11 @@ server's failover restores the kernel there (:meth:`departure` says why it moved
 
 The job's files (script, connection file with the key, the kernel's exit note) are in the
 kernel's folder of the store, which every node must see (``jupyter gpuckpt doctor``).
+
+Each job carries a tag in its ``--comment`` (:class:`~.slurm_commands.KernelTag`): from it
+every server reads the GPUs each group's kernels hold (the policy's floors), and a restarted
+server finds the jobs of its kernels it lost track of (:meth:`SlurmPlacement.collect_orphans`).
+The policy's demand is Slurm's own queue: GPU jobs pending in the kernel's partition.
 """
 
 from __future__ import annotations
@@ -19,19 +24,23 @@ import os
 import shutil
 import signal
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import zmq
 import zmq.asyncio
 from traitlets import Bool, Dict, Float, Int, List, Unicode
+from traitlets.log import get_logger
 
 from gpuckpt_store import STORE_ENV, CheckpointError, CheckpointStore, default_root
 
 from ..errors import PlacementError, Unplaceable
 from ..gpus import GPU
+from ..policy import Demand
 from ..processes import TAG
 from . import slurm_commands as slurm
+from . import slurm_queue
 from .contract import ADOPT, START_SUSPENDED, Departure, GPUCheckpointProvisioner, GPUNeeds, Location, StartFailed
 from .slurm_files import JobFiles
 
@@ -54,12 +63,13 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     """Kernels as Slurm jobs; settings per kernelspec (provisioner config) or for all
     (``c.SlurmPlacement.partition = ...``)."""
 
-    partition = Unicode("", config=True, help="Slurm partition kernels run in (sbatch --partition); "
-                                              "empty: the cluster's default.")
+    partition = Unicode("", config=True, help="Slurm partition kernels run in (sbatch --partition; several "
+                                              "comma-separated); empty: the cluster's default.")
     gpus = Int(1, config=True, help="GPUs each kernel job asks for (--gres=gpu:N).")
     constraint = Unicode("", config=True, help="Node features the job needs (sbatch --constraint).")
     time = Unicode("", config=True, help="Time limit of each kernel job (sbatch --time); empty: the partition's.")
-    sbatch_args = List(Unicode(), config=True, help="More sbatch arguments for every kernel job.")
+    sbatch_args = List(Unicode(), config=True, help="More sbatch arguments for every kernel job (not "
+                                                      "--comment: it carries the kernel job's tag).")
     gpu_kinds = List(Dict(), config=True, help=(
         "The cluster's GPU kinds, so a resume asks only for GPUs the checkpoint fits: "
         '[{"model": "NVIDIA H200", "memory": 150000000000, "feature": "h200"}, ...] where "feature" is '
@@ -69,7 +79,8 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     same_gpu_model = Bool(False, config=True, help="Resume only on GPUs of the model the checkpoint was taken on "
                                                    "(else any kind with enough memory).")
     poll_interval = Float(2.0, config=True, help="Seconds between squeue reads for all this server's kernel "
-                                                 "jobs (jupyter_client polls each kernel more often).")
+                                                 "jobs (jupyter_client polls each kernel more often), and "
+                                                 "between reads of the cluster's queue for the policy.")
     queue_timeout = Float(600.0, config=True, help="Seconds a kernel job may wait in Slurm's queue before its "
                                                    "start or resume fails with Slurm's reason (0: no limit).")
     start_timeout = Float(120.0, config=True, help="Seconds from the job running to its kernel reporting its "
@@ -122,6 +133,62 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         return self.job_id
 
     @property
+    def _partitions(self) -> list[str]:
+        return sorted(p.strip() for p in self.partition.split(",") if p.strip())
+
+    @property
+    def demand_pool(self) -> str:
+        return f"slurm:{','.join(self._partitions) or '(default)'}"
+
+    async def demand(self) -> Demand:
+        """Jobs of any user pending for GPUs in the kernel's partition(s), for Resources or
+        Priority: a GPU this kernel frees can start them (a held job, one waiting on a
+        dependency or for a node or partition that is down, it cannot)."""
+        queue = slurm_queue.ClusterQueue.instance()
+        jobs = await queue.read(self.poll_interval)
+        partitions = set(self._partitions) or {await queue.default_partition()}
+        waiting = [j for j in jobs if j.waits_for_gpus and partitions.intersection(j.partitions)]
+        return Demand(sum(j.gpus for j in waiting), [f"Slurm job {j.job_id} ({j.user})" for j in waiting])
+
+    async def group_gpus(self) -> dict[str, int] | None:
+        """GPUs held by each group's running kernel jobs, every user's, from the jobs' tags."""
+        held: dict[str, int] = {}
+        for job in await slurm_queue.ClusterQueue.instance().read(self.poll_interval):
+            if job.state == "RUNNING" and job.tag is not None and job.tag.group:
+                held[job.tag.group] = held.get(job.tag.group, 0) + job.gpus
+        return held
+
+    @classmethod
+    async def collect_orphans(cls, runs: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+        """Cancel this user's kernel jobs of this server's store that the ledger does not
+        keep: the server stopped while submitting them (before the ledger knew the job), so
+        nothing would follow or end them, and they would hold their GPUs until their time
+        limit. Jobs of kernels this server has launched or taken over since are left alone.
+
+        Parameters
+        ----------
+        runs
+            Kernel id -> the :meth:`ledger_info` the ledger keeps for it (None: none), for
+            every kernel in the ledger.
+        """
+        store = slurm_queue.store_key(cls.store_root or default_root())
+        ours = slurm.JobQueue.instance().kernels
+        cancelled = []
+        for job in await slurm_queue.own_kernel_jobs():
+            tag = job.tag
+            if tag is None or tag.store != store or tag.kernel_id in ours:
+                continue
+            kept = runs.get(tag.kernel_id)
+            if kept is not None and str(kept.get("job_id")) == job.job_id:
+                continue
+            await slurm.cancel(job.job_id)
+            why = "is not in the ledger" if tag.kernel_id not in runs else "has no such run in the ledger"
+            get_logger().warning("gpuckpt: cancelled Slurm job %s (%s): its kernel %s %s; the server stopped "
+                                 "while submitting it", job.job_id, job.state.lower(), tag.kernel_id, why)
+            cancelled.append(f"Slurm job {job.job_id} (kernel {tag.kernel_id})")
+        return cancelled
+
+    @property
     def has_process(self) -> bool:
         return self.suspended or self.starting or self.start_error is not None or self.job_id is not None
 
@@ -148,6 +215,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         self._cmd, self._cwd = cmd, kwargs.get("cwd")
+        slurm.JobQueue.instance().kernels.add(self.kernel_id)
         inherited = {k: v for k, v in kwargs["env"].items() if k == "SLURM_CONF" or not k.startswith(_NOT_INHERITED)}
         self._env = {**inherited, TAG: self.kernel_id, STORE_ENV: str(self._store),
                      KERNELSPEC: str(getattr(self.parent, "kernel_name", "") or "")}
@@ -195,7 +263,8 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             args.append(f"--time={self.time}")
         if self._cwd:
             args.append(f"--chdir={self._cwd}")
-        return [*args, *self.sbatch_args]
+        tag = slurm_queue.KernelTag.of(self.kernel_group(), self.kernel_id, self._store)
+        return [*args, *self.sbatch_args, f"--comment={tag}"]
 
     def _gpu_constraint(self, needs: GPUNeeds) -> tuple[str, str]:
         """The GRES type or features of the GPU kinds the checkpoint fits (both empty: any).

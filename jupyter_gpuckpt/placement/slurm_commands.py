@@ -3,12 +3,14 @@
 Job states come from one ``squeue`` for every kernel job of this server (and ``sinfo`` for
 their nodes), at most once per
 ``interval`` seconds however many kernels ask (jupyter_client's restarter polls each kernel
-every few seconds), so a server with many kernels does not load ``slurmctld``.
+every few seconds), so a server with many kernels does not load ``slurmctld``. The policy's
+view of the cluster is in :mod:`.slurm_queue`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import getpass
 import time
 from dataclasses import dataclass
@@ -76,6 +78,13 @@ async def run(*argv: str, env: dict[str, str] | None = None, timeout: float = CO
         process.kill()
         await process.wait()
         raise SlurmCommandError(f"{argv[0]} did not answer within {timeout:.0f} s (is slurmctld up?)") from None
+    except asyncio.CancelledError:
+        # the server stops (its policy loop reads the queue often): reap the command now, or
+        # its transport is collected after the event loop has closed
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+        raise
     if process.returncode:
         text = err.decode(errors="replace").strip() or out.decode(errors="replace").strip()
         message = "; ".join(line.strip().removeprefix(f"{argv[0]}: ").removeprefix("error: ")
@@ -107,6 +116,8 @@ class JobQueue:
     def __init__(self) -> None:
         self.jobs: dict[str, Job] = {}
         self.tracked: set[str] = set()
+        self.kernels: set[str] = set()
+        """Kernels this server has launched or taken over: their jobs are never orphans."""
         self.read_at = 0.0
         self._lock = asyncio.Lock()
 

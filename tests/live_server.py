@@ -87,15 +87,18 @@ def jupyter_env(base: Path) -> dict[str, str]:
 def running_server(base: Path, *args: str, app: str = "jupyter_server") -> Iterator[Server]:
     """Start ``jupyter server`` with dirs under ``base``; stop it (politely) on exit.
 
-    ``app`` is the module run with ``python -m``: ``"jupyterlab"`` starts ``jupyter lab``.
+    ``app`` is the module run with ``python -m``: ``"jupyterlab"`` starts ``jupyter lab``. No
+    policy pass runs during a test unless ``args`` set ``--GPUCheckpointApp.policy_interval``.
     """
     env = jupyter_env(base)
+    quiet = [] if any(a.startswith("--GPUCheckpointApp.policy_interval=") for a in args) else [
+        "--GPUCheckpointApp.policy_interval=3600"]
     log = (base / "server.log").open("a")
     url: str | None = None
     process = subprocess.Popen(
         [sys.executable, "-m", app, "--allow-root", "--no-browser", "--ip=127.0.0.1", "--port=0",
          f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={base / 'root'}",
-         "--GPUCheckpointApp.policy_interval=3600", f"--GPUCheckpointApp.staging_root={base / 'staging'}", *args],
+         *quiet, f"--GPUCheckpointApp.staging_root={base / 'staging'}", *args],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         info_file = base / "runtime" / f"jpserver-{process.pid}.json"

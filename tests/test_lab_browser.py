@@ -91,7 +91,13 @@ def chromium() -> None:
 
 
 @pytest.fixture
-def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+def lab_server_args() -> list[str]:
+    """More command-line settings for the ``lab`` fixture's server (a test parametrizes it)."""
+    return []
+
+
+@pytest.fixture
+def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lab_server_args: list[str]) -> Iterator[Server]:
     """``jupyter lab`` with the gpuckpt kernelspec, two test GPUs, no news or update pop-ups,
     and the app exposed as ``window.jupyterapp`` so the test can run JupyterLab commands."""
     inventory = tmp_path / "gpus.json"
@@ -111,7 +117,7 @@ def lab(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
     (labconfig / "page_config.json").write_text(json.dumps(
         {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
     with running_server(tmp_path, "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                        "--LabApp.expose_app_in_browser=True", app="jupyterlab") as server:
+                        "--LabApp.expose_app_in_browser=True", *lab_server_args, app="jupyterlab") as server:
         installed = server.cli("install-kernelspec", "--user")
         assert installed.returncode == 0, installed.stderr
         yield server
@@ -346,3 +352,92 @@ def test_restore_report_and_rebuild(lab: Server) -> None:
         output = run_cell(page, 2, 'print("next", next(g))')
         expect(output.last).to_contain_text("next 0", timeout=60_000)
         shot("next-g-is-0")
+
+
+# The policy warns an open notebook's idle kernel WARN_BEFORE seconds before it suspends it,
+# IDLE_TIMEOUT seconds idle; a pass every second. The gap between the warning and the next
+# one after a "Keep running" (IDLE_TIMEOUT - WARN_BEFORE) is longer than the warning, so
+# the test can wait past the suspend that was due without being warned again.
+IDLE_TIMEOUT, WARN_BEFORE = 36, 12
+WARNING = ".Toastify__toast"
+
+
+@pytest.mark.parametrize("lab_server_args", [[
+    f"--GPUCheckpointApp.idle_timeout={IDLE_TIMEOUT}", f"--GPUCheckpointApp.warn_before={WARN_BEFORE}",
+    "--GPUCheckpointApp.policy_interval=1"]])
+def test_policy_warning_keep_running(lab: Server) -> None:
+    """An idle kernel whose notebook is open: a warning with "Keep running" before the
+    policy suspends it; a click keeps it running, past the time its suspend was due."""
+    import time
+
+    from playwright.sync_api import expect
+
+    with browser_page(lab, "policy-warning") as (page, shot):
+        new_notebook(page)
+        status = page.locator(STATUS)
+        run_cell(page, 0, "x = 41")
+        expect(page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first).to_contain_text("[1]", timeout=60_000)
+        status.click()
+        card = page.locator(CARD)
+        expect(card).to_have_attribute("data-state", "running", timeout=10_000)
+        kernel_id = card.get_attribute("data-kernel-id")
+
+        # idle IDLE_TIMEOUT - WARN_BEFORE seconds: the warning, with when and why
+        warning = page.locator(WARNING, has_text="the kernel will be suspended in")
+        expect(warning).to_be_visible(timeout=60_000)
+        warned_at = time.monotonic()
+        expect(warning).to_contain_text("Untitled.ipynb: the kernel will be suspended in")
+        expect(warning).to_contain_text(f"timeout {IDLE_TIMEOUT} s")
+        keep = warning.locator("button", has_text="Keep running")
+        expect(keep).to_be_visible()
+        # the card and the status bar say so too, and offer the same
+        card_warning = card.locator(".jp-gpuckpt-warning")
+        expect(card_warning).to_be_visible()
+        expect(card_warning).to_contain_text("Suspends in")
+        expect(card_warning.get_by_role("button", name="Keep kernel running")).to_be_enabled()
+        expect(status).to_contain_text("suspends in")
+        assert "Suspends in" in (status.get_attribute("title") or "")
+        assert_no_mid_word_breaks(page)
+        page.wait_for_timeout(500)  # the toast slides in
+        shot("warned")
+        shot("warned-panel", page.locator(".jp-gpuckpt-panel"))
+
+        page.evaluate("""() => {
+            const seen = window.gpuckptStates = [];
+            const node = document.querySelector('.jp-gpuckpt-status');
+            new MutationObserver(() => seen.push(node.dataset.state))
+                .observe(node, {attributes: true, attributeFilter: ['data-state']});
+        }""")
+        keep.click()
+        page.mouse.move(700, 400)  # a toast under the mouse does not close by itself
+        # the warning goes (it says "keeping the kernel running…" while the server answers), a
+        # short success says what happened, and the card's warning goes too
+        expect(page.locator(WARNING, has_text="Untitled.ipynb: kept running.")).to_be_visible(timeout=15_000)
+        expect(page.locator(WARNING, has_text="the kernel will be suspended")).to_have_count(0, timeout=15_000)
+        expect(page.locator(WARNING, has_text="keeping the kernel running")).to_have_count(0, timeout=15_000)
+        expect(card_warning).to_be_hidden()
+        expect(card.locator(".jp-gpuckpt-policy")).to_contain_text("kept")
+        expect(status).not_to_contain_text("suspends in")
+        page.wait_for_timeout(500)  # the toasts slide in and out
+        shot("kept")
+
+        # past the time the suspend was due: still running, never suspended or parked
+        page.wait_for_timeout(max(0.0, warned_at + WARN_BEFORE + 4 - time.monotonic()) * 1000)
+        assert lab.api("GET", f"api/gpuckpt/kernels/{kernel_id}")["state"] == "running"
+        expect(status).to_have_attribute("data-state", "running")
+        expect(card).to_have_attribute("data-state", "running")
+        seen = page.evaluate("window.gpuckptStates")
+        assert not {"checkpointing", "suspended", "parked", "restoring"} & set(seen), seen
+        output = run_cell(page, 1, "x + 1")
+        expect(output.last).to_have_text("42", timeout=30_000)
+        shot("still-running")
+
+        # the same from the command palette, for the current notebook's kernel
+        expect(page.locator(WARNING, has_text="kept running")).to_have_count(0, timeout=15_000)
+        page.evaluate("window.jupyterapp.commands.execute('apputils:activate-command-palette')")
+        palette = page.locator(".lm-CommandPalette")
+        palette.locator(".lm-CommandPalette-input").fill("Keep kernel")
+        command = palette.locator('.lm-CommandPalette-item[data-command="jupyter-gpuckpt:keep-running"]')
+        expect(command).to_contain_text("Keep kernel running")
+        command.click()
+        expect(page.locator(WARNING, has_text="Untitled.ipynb: kept running.")).to_be_visible(timeout=15_000)

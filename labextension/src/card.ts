@@ -5,6 +5,7 @@
 import { TranslationBundle } from '@jupyterlab/translation';
 import {
   buildIcon,
+  checkIcon,
   deleteIcon,
   historyIcon,
   runIcon,
@@ -32,6 +33,7 @@ export interface ICardActions {
   park(): Promise<unknown>;
   resume(): Promise<unknown>;
   rebuild(): Promise<unknown>;
+  keep(): Promise<unknown>;
   toggleCheckpoints(): void;
   deleteCheckpoint(id: string): Promise<unknown>;
 }
@@ -50,6 +52,8 @@ export class KernelCard {
     this._idle = line('jp-gpuckpt-idle');
     this._checkpoint = line('jp-gpuckpt-last');
     this._waiting = line('jp-gpuckpt-waiting');
+    this._policy = line('jp-gpuckpt-policy');
+    this._warningText = h('span', { class: 'jp-gpuckpt-report-text' });
     this._error = line('jp-gpuckpt-error');
     this._notice = line('jp-gpuckpt-notice');
     this._reportText = h('span', { class: 'jp-gpuckpt-report-text' });
@@ -76,6 +80,12 @@ export class KernelCard {
         trans.__('Re-run the cells that rebuild what was not restored'),
         () => actions.rebuild(),
         trans.__('Rebuild')
+      ),
+      keep: iconButton(
+        checkIcon,
+        trans.__('Keep kernel running'),
+        () => actions.keep(),
+        trans.__('Keep running')
       )
     };
     // the accessible name is the command's label; the tooltip says what parking does
@@ -89,6 +99,13 @@ export class KernelCard {
       this._reportText,
       this._buttons.rebuild
     );
+    // a suspend the policy warned of: when, why, and the way out (report's layout)
+    this._warning = h(
+      'div',
+      { class: 'jp-gpuckpt-report jp-gpuckpt-warning', 'data-kind': 'warning' },
+      this._warningText,
+      this._buttons.keep
+    );
     this._checkpoints = h('ul', { class: 'jp-gpuckpt-checkpoints' });
     this._checkpoints.hidden = true;
     this._deleteCheckpoint = actions.deleteCheckpoint;
@@ -100,6 +117,7 @@ export class KernelCard {
       this._idle,
       this._checkpoint,
       this._waiting,
+      this._policy,
       h(
         'div',
         { class: 'jp-gpuckpt-actions' },
@@ -109,6 +127,7 @@ export class KernelCard {
         this._buttons.resume,
         this._buttons.checkpoints
       ),
+      this._warning,
       this._error,
       this._notice,
       this._report,
@@ -131,6 +150,12 @@ export class KernelCard {
     setText(this._checkpoint, view.checkpoint);
     this._checkpoint.classList.toggle('jp-mod-warn', view.writeFailed);
     setText(this._waiting, view.waiting);
+    setText(this._policy, view.policy);
+    setHidden(this._warning, view.warning === null);
+    if (view.warning !== null) {
+      setText(this._warningText, view.warning);
+      setEnabled(this._buttons.keep, view.can.keep && !this._keeping);
+    }
     setText(this._error, view.error);
     setText(this._notice, view.notice);
 
@@ -165,6 +190,14 @@ export class KernelCard {
     );
     if (value) {
       setEnabled(button, false);
+    }
+  }
+
+  /** While a Keep running is on its way its button is disabled. */
+  set keeping(value: boolean) {
+    this._keeping = value;
+    if (value) {
+      setEnabled(this._buttons.keep, false);
     }
   }
 
@@ -235,15 +268,25 @@ export class KernelCard {
   private _idle: HTMLElement;
   private _checkpoint: HTMLElement;
   private _waiting: HTMLElement;
+  private _policy: HTMLElement;
+  private _warning: HTMLElement;
+  private _warningText: HTMLElement;
   private _error: HTMLElement;
   private _notice: HTMLElement;
   private _report: HTMLElement;
   private _reportText: HTMLElement;
   private _checkpoints: HTMLElement;
   private _buttons: Record<
-    'checkpoint' | 'suspend' | 'park' | 'resume' | 'checkpoints' | 'rebuild',
+    | 'checkpoint'
+    | 'suspend'
+    | 'park'
+    | 'resume'
+    | 'checkpoints'
+    | 'rebuild'
+    | 'keep',
     HTMLButtonElement
   >;
   private _rebuilding = false;
+  private _keeping = false;
   private _deleteCheckpoint: (id: string) => Promise<unknown>;
 }

@@ -1,6 +1,6 @@
 /**
- * Commands: suspend, park, resume, checkpoint, delete a checkpoint, open the panel; each
- * acts on `args.kernelId` or else on the current notebook's kernel.
+ * Commands: suspend, park, resume, checkpoint, keep running, delete a checkpoint, open the
+ * panel; each acts on `args.kernelId` or else on the current notebook's kernel.
  */
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
@@ -11,6 +11,7 @@ import { baseName, outcomeText } from './format';
 import { KernelAction, GPUCheckpointAPI } from './handler';
 import { gpuckptIcon } from './icon';
 import { GPUCheckpointModel } from './model';
+import { canKeep, dueIn } from './policy';
 import {
   canCheckpoint,
   canPark,
@@ -29,6 +30,11 @@ export namespace CommandIDs {
   /** Resume a suspended kernel, or unpark a parked one. */
   export const resume = 'jupyter-gpuckpt:resume';
   export const checkpoint = 'jupyter-gpuckpt:checkpoint';
+  /**
+   * Keep running: counts as the user's activity, so a suspend the policy warned of is off
+   * and the idle time starts again.
+   */
+  export const keep = 'jupyter-gpuckpt:keep-running';
   /** Re-run the cells that rebuild what the last restore could not bring back. */
   export const rebuild = 'jupyter-gpuckpt:rebuild';
   /**
@@ -202,6 +208,42 @@ export function addCommands(
     caption: trans.__('Save the kernel state; the kernel keeps running'),
     isEnabled: args => canCheckpoint(kernelOf(args)),
     execute: args => run(kernelIdOf(args), 'checkpoint')
+  });
+  commands.addCommand(CommandIDs.keep, {
+    label: trans.__('Keep kernel running'),
+    caption: args => {
+      const due = dueIn(kernelOf(args), Date.now());
+      return due === null
+        ? trans.__(
+            'Count this as activity: the idle time starts again, so the policy does not suspend the kernel now'
+          )
+        : trans.__(
+            'The policy suspends this kernel soon: count this as activity, so it keeps running'
+          );
+    },
+    isEnabled: args => canKeep(kernelOf(args)),
+    execute: async args => {
+      const kernelId = kernelIdOf(args);
+      if (!kernelId) {
+        return;
+      }
+      try {
+        await model.keep(kernelId);
+      } catch (error) {
+        Notification.error(
+          trans.__(
+            '%1: could not keep the kernel running: %2',
+            nameOf(kernelId),
+            (error as Error).message
+          ),
+          { autoClose: false }
+        );
+        return;
+      }
+      Notification.success(trans.__('%1: kept running.', nameOf(kernelId)), {
+        autoClose: 5000
+      });
+    }
   });
   commands.addCommand(CommandIDs.rebuild, {
     label: trans.__('Rebuild what the restore did not bring back'),

@@ -1,6 +1,7 @@
 /**
  * Words and numbers shown to the user: states, bytes, durations, GPUs.
  */
+import { dueIn, dueText } from './policy';
 import { IGPU, IGpuckptEvent, IKernel, ITrans, IWriteBehind } from './types';
 
 const UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
@@ -178,7 +179,10 @@ export function writeFailed(kernel: IKernel): boolean {
   return !!stagedWrite(kernel)?.write?.error;
 }
 
-/** The status bar's line: state, GPUs, idle time, checkpoint age. */
+/**
+ * The status bar's line: state, GPUs, idle time, a suspend the policy warned of
+ * (`suspends in 2 min`), checkpoint age.
+ */
 export function statusText(
   kernel: IKernel,
   now: number,
@@ -206,6 +210,10 @@ export function statusText(
   const idle = idleSeconds(kernel, now);
   if (idle !== null && kernel.state === 'running' && kernel.progress === null) {
     parts.push(trans.__('idle %1', formatDuration(idle)));
+  }
+  const due = kernel.progress === null ? dueIn(kernel, now) : null;
+  if (due !== null) {
+    parts.push(dueText(due, trans));
   }
   const age = checkpointAge(kernel, now);
   parts.push(

@@ -92,6 +92,23 @@ export namespace GPUCheckpointAPI {
     );
   }
 
+  /**
+   * The user's "Keep running" on a policy warning: it counts as activity, so the warned
+   * suspend is off and the idle time starts again.
+   *
+   * @returns the kernel's model
+   */
+  export function keep(
+    kernelId: string,
+    settings?: ServerConnection.ISettings
+  ): Promise<IKernel> {
+    return requestAPI<IKernel>(
+      `kernels/${encodeURIComponent(kernelId)}/keep`,
+      { method: 'POST', body: '{}' },
+      settings
+    );
+  }
+
   export function checkpoints(
     kernelId: string,
     settings?: ServerConnection.ISettings

@@ -144,6 +144,7 @@ const commandsPlugin: JupyterFrontEndPlugin<void> = {
       CommandIDs.suspend,
       CommandIDs.park,
       CommandIDs.resume,
+      CommandIDs.keep,
       CommandIDs.checkpoint,
       CommandIDs.rebuild,
       CommandIDs.refresh
@@ -256,24 +257,27 @@ const panelPlugin: JupyterFrontEndPlugin<void> = {
 };
 
 /**
- * Progress notifications and notices.
+ * Progress notifications and notices, and warnings of a coming policy suspend with a
+ * "Keep running" button for the notebooks open here.
  */
 const notificationsPlugin: JupyterFrontEndPlugin<void> = {
   id: 'jupyter-gpuckpt:notifications',
   description:
-    'Checkpoint and restore progress, policy suspends, restores after failure, skipped variables.',
+    'Checkpoint and restore progress, policy suspends and their warnings, restores after failure, skipped variables.',
   autoStart: true,
   requires: [IGPUCheckpointModel],
-  optional: [ISettingRegistry, ITranslator],
+  optional: [ISettingRegistry, ITranslator, INotebookTracker],
   activate: (
     app: JupyterFrontEnd,
     model: GPUCheckpointModel,
     settings: ISettingRegistry | null,
-    translator: ITranslator | null
+    translator: ITranslator | null,
+    tracker: INotebookTracker | null
   ) => {
     const notifier = new GPUCheckpointNotifier({
       model,
       sessions: app.serviceManager.sessions,
+      tracker,
       trans: translate(translator)
     });
     followSettings(settings, notificationsPlugin.id, s => {

@@ -4,7 +4,9 @@
  * Fed by the server's event stream (jupyter_events, /api/events/subscribe): each
  * jupyter_gpuckpt event updates the kernel at once (reduce.ts) and, unless it only reports
  * progress (`progress`, `writing`), schedules one REST fetch that brings the server's full model. Cells that run
- * restart a kernel's idle time here (`markActivity`) without a fetch. Nothing polls.
+ * restart a kernel's idle time here (`markActivity`) without a fetch. The policy's events
+ * (a warning of a coming suspend, the user's "Keep running") update the kernel's `policy`
+ * (policy.ts) and are passed on (`policyReceived`). Nothing polls.
  */
 import { Event, ServerConnection } from '@jupyterlab/services';
 import { Token } from '@lumino/coreutils';
@@ -12,12 +14,14 @@ import { IDisposable } from '@lumino/disposable';
 import { Debouncer } from '@lumino/polling';
 import { ISignal, Signal } from '@lumino/signaling';
 import { GPUCheckpointAPI, KernelAction } from './handler';
+import { applyPolicyEvent, parsePolicyEvent, stampPolicy } from './policy';
 import { applyEvent, markActivity, parseEvent } from './reduce';
 import {
   IActionResult,
   IGPU,
   IGpuckptEvent,
   IKernel,
+  IPolicyEvent,
   ReleaseMode
 } from './types';
 
@@ -40,6 +44,11 @@ export class GPUCheckpointModel implements IDisposable {
   /** Every jupyter_gpuckpt event, after the kernel it names was updated. */
   get eventReceived(): ISignal<this, IGpuckptEvent> {
     return this._eventReceived;
+  }
+
+  /** Every `policy` event (warn, suspend, kept), after the kernel it names was updated. */
+  get policyReceived(): ISignal<this, IPolicyEvent> {
+    return this._policyReceived;
   }
 
   /** Emitted after a fetch with the kernels as they were before it, to spot news. */
@@ -107,6 +116,19 @@ export class GPUCheckpointModel implements IDisposable {
   }
 
   /**
+   * The user's "Keep running": the server counts it as activity, so a warned suspend is off
+   * and the kernel's idle time starts again.
+   *
+   * @returns the kernel's model, as the server answered
+   * @throws ServerConnection.ResponseError with the server's message
+   */
+  async keep(kernelId: string): Promise<IKernel> {
+    const kernel = await GPUCheckpointAPI.keep(kernelId, this._settings);
+    this._set(kernel);
+    return kernel;
+  }
+
+  /**
    * A kernel ran something (its notebook saw it go busy or idle): its idle time starts
    * again. No fetch: the server's idle time says the same, and events tell the rest.
    */
@@ -130,11 +152,24 @@ export class GPUCheckpointModel implements IDisposable {
   }
 
   private _set(kernel: IKernel): void {
-    this._kernels.set(kernel.id, { ...kernel, received_at: Date.now() });
+    const now = Date.now();
+    this._kernels.set(
+      kernel.id,
+      stampPolicy(
+        { ...kernel, received_at: now },
+        this._kernels.get(kernel.id),
+        now
+      )
+    );
     this._changed.emit();
   }
 
   private _onEvent(_: Event.IManager, message: Event.Emission): void {
+    const policy = parsePolicyEvent(message);
+    if (policy) {
+      this._onPolicyEvent(policy);
+      return;
+    }
     const event = parseEvent(message);
     if (!event) {
       return;
@@ -152,6 +187,21 @@ export class GPUCheckpointModel implements IDisposable {
     }
   }
 
+  private _onPolicyEvent(event: IPolicyEvent): void {
+    const kernel = this._kernels.get(event.kernel_id);
+    const next = applyPolicyEvent(kernel, event);
+    if (next) {
+      this._kernels.set(next.id, next);
+    }
+    this._changed.emit();
+    this._policyReceived.emit(event);
+    // a warning says all there is; a suspend's own events follow; a kept kernel's idle
+    // time restarted on the server, and a kernel not fetched yet is news
+    if (!kernel || event.action === 'kept') {
+      void this.refresh();
+    }
+  }
+
   private async _fetch(): Promise<void> {
     if (this._isDisposed) {
       return;
@@ -164,7 +214,10 @@ export class GPUCheckpointModel implements IDisposable {
       ]);
       const now = Date.now();
       this._kernels = new Map(
-        kernels.map(k => [k.id, { ...k, received_at: now }])
+        kernels.map(k => [
+          k.id,
+          stampPolicy({ ...k, received_at: now }, before.get(k.id), now)
+        ])
       );
       this._gpus = gpus.gpus ?? [];
       this._node = gpus.node ?? null;
@@ -186,6 +239,7 @@ export class GPUCheckpointModel implements IDisposable {
   private _isDisposed = false;
   private _changed = new Signal<this, void>(this);
   private _eventReceived = new Signal<this, IGpuckptEvent>(this);
+  private _policyReceived = new Signal<this, IPolicyEvent>(this);
   private _refreshed = new Signal<this, ReadonlyMap<string, IKernel>>(this);
 }
 

@@ -1,12 +1,15 @@
 /**
  * Notifications: progress of checkpoints and restores with the bytes done, and notices
  * the user must see (a policy suspend, a restore after failure, skipped variables, a
- * staged checkpoint that could not be written to the store yet).
+ * staged checkpoint that could not be written to the store yet), and warnings of a coming
+ * policy suspend with a "Keep running" button (warnings.ts).
  */
 import { Notification } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
 import { Session } from '@jupyterlab/services';
 import { TranslationBundle } from '@jupyterlab/translation';
 import {
+  baseName,
   formatBytes,
   formatDuration,
   formatProgress,
@@ -17,6 +20,7 @@ import {
 } from './format';
 import { GPUCheckpointModel } from './model';
 import { IGpuckptEvent, IKernel } from './types';
+import { IToaster, PolicyWarnings } from './warnings';
 
 /** How much to tell: progress and notices, notices only, or nothing. */
 export type NotificationDetail = 'progress' | 'notices' | 'none';
@@ -33,17 +37,65 @@ interface IShown {
   event: IGpuckptEvent;
 }
 
+/** JupyterLab's notifications, as the policy warnings use them. */
+const toaster: IToaster = {
+  emit: (message, type, options) => Notification.emit(message, type, options),
+  update: (id, message, type, options) =>
+    Notification.update({ id, message, type, ...options }),
+  dismiss: id => Notification.dismiss(id)
+};
+
 export class GPUCheckpointNotifier {
   constructor(options: GPUCheckpointNotifier.IOptions) {
     this._model = options.model;
     this._sessions = options.sessions;
+    this._tracker = options.tracker ?? null;
     this._trans = options.trans;
+    this._warnings = new PolicyWarnings({
+      toaster,
+      trans: this._trans,
+      name: kernelId => this._openNotebook(kernelId),
+      keep: kernelId => this._model.keep(kernelId)
+    });
     this.detail = options.detail ?? 'progress';
     this._model.eventReceived.connect((_, event) => this._onEvent(event));
     this._model.refreshed.connect((_, before) => this._onRefreshed(before));
+    this._model.policyReceived.connect((_, event) =>
+      this._warnings.onEvent(event)
+    );
+    this._model.changed.connect(() =>
+      this._warnings.sync(this._model.kernels, false)
+    );
   }
 
-  detail: NotificationDetail;
+  /** What to tell; warnings of a coming suspend are notices, shown unless `none`. */
+  get detail(): NotificationDetail {
+    return this._detail;
+  }
+
+  set detail(value: NotificationDetail) {
+    this._detail = value;
+    this._warnings.enabled = value !== 'none';
+  }
+
+  /**
+   * The name of the kernel's notebook if it is open in this JupyterLab (without a notebook
+   * tracker: if a session of the server has it), else null.
+   */
+  private _openNotebook(kernelId: string): string | null {
+    if (!this._tracker) {
+      for (const session of this._sessions?.running() ?? []) {
+        if (session.kernel?.id === kernelId) {
+          return baseName(session.path);
+        }
+      }
+      return null;
+    }
+    const panel = this._tracker.find(
+      p => p.sessionContext.session?.kernel?.id === kernelId
+    );
+    return panel ? baseName(panel.sessionContext.path) : null;
+  }
 
   private _name(kernelId: string): string {
     for (const session of this._sessions?.running() ?? []) {
@@ -315,6 +367,7 @@ export class GPUCheckpointNotifier {
 
   /** After a fetch: new skipped variables and new notices are worth a word. */
   private _onRefreshed(before: ReadonlyMap<string, IKernel>): void {
+    this._warnings.sync(this._model.kernels, true);
     if (this.detail === 'none') {
       return;
     }
@@ -348,7 +401,10 @@ export class GPUCheckpointNotifier {
 
   private _model: GPUCheckpointModel;
   private _sessions: Session.IManager | null;
+  private _tracker: INotebookTracker | null;
   private _trans: TranslationBundle;
+  private _detail: NotificationDetail = 'progress';
+  private _warnings: PolicyWarnings;
   private _ids = new Map<string, string>();
   private _told = new Set<string>();
   /** Kernels whose next notice a notification already told. */
@@ -365,6 +421,8 @@ export namespace GPUCheckpointNotifier {
   export interface IOptions {
     model: GPUCheckpointModel;
     sessions: Session.IManager | null;
+    /** The notebooks open here: only their kernels' warnings are shown. */
+    tracker?: INotebookTracker | null;
     trans: TranslationBundle;
     detail?: NotificationDetail;
   }

@@ -162,6 +162,15 @@ export class GPUCheckpointPanel extends Widget {
             this.update();
           }
         },
+        keep: async () => {
+          card.keeping = true;
+          try {
+            await run(CommandIDs.keep);
+          } finally {
+            card.keeping = false;
+            this.update();
+          }
+        },
         toggleCheckpoints: () => this._toggleCheckpoints(kernelId),
         deleteCheckpoint: async id => {
           if (

@@ -2,6 +2,7 @@
  * How an event changes what the browser knows of a kernel, before the REST fetch that
  * follows each event confirms it.
  */
+import { isWarned } from './policy';
 import {
   EventName,
   IGpuckptEvent,
@@ -241,8 +242,9 @@ export function applyEvent(
 
 /**
  * The kernel after its notebook ran something (the kernel went busy or idle): its idle
- * time starts again, without asking the server. Not while a checkpoint or restore is under
- * way: the server's own calls into the kernel make it busy too, and do not count as use.
+ * time starts again, without asking the server, and a warned suspend is off (the server
+ * voids the warning on activity). Not while a checkpoint or restore is under way: the
+ * server's own calls into the kernel make it busy too, and do not count as use.
  */
 export function markActivity(
   kernel: IKernel | undefined,
@@ -251,7 +253,11 @@ export function markActivity(
   if (!kernel || kernel.state !== 'running' || kernel.progress !== null) {
     return kernel;
   }
-  return { ...kernel, idle_seconds: 0, received_at: now };
+  const next: IKernel = { ...kernel, idle_seconds: 0, received_at: now };
+  if (isWarned(kernel.policy)) {
+    next.policy = null;
+  }
+  return next;
 }
 
 /** Which commands apply to a kernel in this state. */

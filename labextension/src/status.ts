@@ -8,6 +8,7 @@ import { Widget } from '@lumino/widgets';
 import { currentKernelId } from './commands';
 import { statusText } from './format';
 import { GPUCheckpointModel } from './model';
+import { policyView } from './policy';
 
 export class GPUCheckpointStatus extends Widget {
   constructor(options: GPUCheckpointStatus.IOptions) {
@@ -16,9 +17,7 @@ export class GPUCheckpointStatus extends Widget {
     this._tracker = options.tracker;
     this._trans = options.trans;
     this.addClass('jp-gpuckpt-status');
-    this.node.title = this._trans.__(
-      'GPU checkpoint status; click to open the panel'
-    );
+    this.node.title = this._tooltip();
     this.node.addEventListener('click', options.onClick);
     this._model.changed.connect(this.update, this);
     this._tracker.currentChanged.connect(this.update, this);
@@ -37,14 +36,28 @@ export class GPUCheckpointStatus extends Widget {
 
   protected onUpdateRequest(): void {
     const kernel = this._model.kernel(currentKernelId(this._tracker));
+    const now = Date.now();
     this.node.dataset.state = kernel?.state ?? '';
     this.node.textContent = kernel
-      ? `${this._trans.__('GPU kernel')}: ${statusText(kernel, Date.now(), this._trans)}`
+      ? `${this._trans.__('GPU kernel')}: ${statusText(kernel, now, this._trans)}`
       : '';
+    const policy = kernel ? policyView(kernel, now, this._trans) : null;
+    const title = this._tooltip(policy?.warning ?? policy?.line ?? null);
+    if (this.node.title !== title) {
+      this.node.title = title;
+    }
     this.node.classList.toggle(
       'jp-mod-busy',
       !!kernel && kernel.progress !== null
     );
+  }
+
+  /** What the item is, with the policy's word on the kernel (why it is kept, or when it is suspended). */
+  private _tooltip(policy: string | null = null): string {
+    const base = this._trans.__(
+      'GPU checkpoint status; click to open the panel'
+    );
+    return policy ? `${policy}\n${base}` : base;
   }
 
   private _model: GPUCheckpointModel;

@@ -100,6 +100,25 @@ export interface IWriteBehind {
   error?: string;
 }
 
+/**
+ * The reclaim policy's last decision for a kernel (the kernel model's `policy`), e.g.
+ * `{action: null, reason: "kept: group floor (research keeps 2 GPU(s))"}` or
+ * `{action: "warn", reason: "idle 28 min (timeout 30 min)", due_in: 120}`. After a warning
+ * the passes until the suspend falls due keep it warned: `action` null, `due_in` the seconds
+ * left, and a reason starting `warned: suspend in 2 min; `.
+ */
+export interface IPolicyDecision {
+  /** `warn`, `suspend`, `checkpoint`, `convert`, or null: kept as it is. */
+  action: string | null;
+  reason: string;
+  /** Seconds until a warned suspend falls due, as of the policy pass; else null. */
+  due_in: number | null;
+  /** The suspend serves GPU requests waiting (else the idle limit was reached). */
+  for_demand: boolean;
+  /** When the warned suspend falls due (ms, browser clock): set in the browser from `due_in`. */
+  due_at?: number;
+}
+
 /** One kernel's model from `GET /api/gpuckpt/kernels[/{id}]`. */
 export interface IKernel {
   id: string;
@@ -133,6 +152,8 @@ export interface IKernel {
   report?: IRestoreReport | null;
   /** The admin's setting: offer to re-run the cells that rebuild what was not restored. */
   rebuild_skipped?: RebuildSetting;
+  /** The policy's last decision and why; null before its first pass over the kernel. */
+  policy?: IPolicyDecision | null;
   /** When this model was fetched or last changed by an event (ms, browser clock). */
   received_at?: number;
 }
@@ -221,6 +242,24 @@ export interface IGpuckptEvent {
   retry_in?: number;
   /** resume `done`: where the state was read from. */
   source?: RestoreSource;
+}
+
+/** What a `policy` event says the reclaim policy does. */
+export type PolicyAction = 'warn' | 'suspend' | 'kept';
+
+/**
+ * A jupyter_gpuckpt `policy` event: a warning of a coming suspend (`warn`, due in `due_in`
+ * seconds), a policy suspend starting now (`suspend`; the suspend's own events follow), or
+ * the user's "Keep running" (`kept`).
+ */
+export interface IPolicyEvent {
+  kernel_id: string;
+  action: PolicyAction;
+  /** Why, for the user: `idle 42 min (timeout 45 min)`, `idle 12 min, 2 waiting for GPUs`. */
+  reason: string;
+  /** `warn`: seconds until the suspend falls due; else null. */
+  due_in: number | null;
+  for_demand: boolean;
 }
 
 /** The little of a TranslationBundle that the pure code uses. */

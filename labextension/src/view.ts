@@ -16,6 +16,7 @@ import {
   notRestoredText,
   writeFailed
 } from './format';
+import { canKeep, policyView } from './policy';
 import {
   canCheckpoint,
   canPark,
@@ -64,6 +65,13 @@ export interface IKernelCardView {
   error: string | null;
   /** The server's notice, unless the report block already says the same. */
   notice: string | null;
+  /** Why the policy keeps a running kernel: `Policy: kept: group floor (...)`; else null. */
+  policy: string | null;
+  /**
+   * A suspend the policy warned of: `Suspends in 2 min: idle 28 min (timeout 30 min)`,
+   * with a Keep running button; else null.
+   */
+  warning: string | null;
   report: IReportView | null;
   suspendable: boolean;
   can: {
@@ -72,6 +80,7 @@ export interface IKernelCardView {
     park: boolean;
     resume: boolean;
     rebuild: boolean;
+    keep: boolean;
   };
 }
 
@@ -200,6 +209,7 @@ export function kernelCardView(
     checkpoint = `${checkpoint} · ${durability}`;
   }
 
+  const policy = policyView(kernel, now, trans);
   const report = reportView(kernel, trans);
   const notice =
     kernel.notice && !(report && report.text === kernel.notice)
@@ -221,6 +231,8 @@ export function kernelCardView(
     waiting: kernel.waiting_for_gpus || null,
     error: kernel.last_error || null,
     notice,
+    policy: policy.line,
+    warning: policy.warning,
     report,
     suspendable: kernel.suspendable,
     can: {
@@ -228,7 +240,8 @@ export function kernelCardView(
       suspend: canSuspend(kernel),
       park: canPark(kernel),
       resume: canResume(kernel),
-      rebuild: canRebuild(kernel)
+      rebuild: canRebuild(kernel),
+      keep: canKeep(kernel)
     }
   };
 }

@@ -117,6 +117,39 @@ test('idle time and checkpoint age count up from what the server said', () => {
   assert.equal(idleSeconds(kernel({ idle_seconds: null }), 0), null);
 });
 
+test('statusText says when a warned suspend falls due', () => {
+  const now = 1_000_000;
+  const warned = kernel({
+    policy: {
+      action: 'warn',
+      reason: 'idle 28 min (timeout 30 min)',
+      due_in: 120,
+      for_demand: false,
+      due_at: now + 120_000
+    }
+  });
+  assert.equal(
+    statusText(warned, now, trans),
+    'running · no GPU · idle 30s · suspends in 2 min · no checkpoint'
+  );
+  // kept: no countdown, the reason is in the tooltip only
+  assert.equal(
+    statusText(
+      kernel({
+        policy: {
+          action: null,
+          reason: 'kept: exempt',
+          due_in: null,
+          for_demand: false
+        }
+      }),
+      now,
+      trans
+    ),
+    'running · no GPU · idle 30s · no checkpoint'
+  );
+});
+
 test('statusText puts it together', () => {
   const now = 1_000_000;
   assert.equal(

@@ -517,6 +517,26 @@ test('activity in the notebook restarts the idle time without the server', () =>
   assert.equal(markActivity(suspended, 1), suspended);
 });
 
+test('activity voids a suspend the policy warned of, and keeps why a kernel is kept', () => {
+  const warned = kernel({
+    policy: {
+      action: 'warn',
+      reason: 'idle 28 min',
+      due_in: 120,
+      for_demand: false
+    }
+  });
+  assert.equal(markActivity(warned, 1)?.policy, null);
+  const floor = {
+    action: null,
+    reason: 'kept: group floor (research keeps 2 GPU(s))',
+    due_in: null,
+    for_demand: false
+  };
+  assert.equal(markActivity(kernel({ policy: floor }), 1)?.policy, floor);
+  assert.equal(markActivity(kernel(), 1)?.policy, undefined);
+});
+
 function report(overrides: Partial<IRestoreReport> = {}): IRestoreReport {
   return {
     id: 'c1',

@@ -74,7 +74,8 @@ test('a running kernel: name, badge, one line per GPU, idle time, checkpoint', (
     suspend: true,
     park: true,
     resume: false,
-    rebuild: false
+    rebuild: false,
+    keep: true
   });
   assert.equal(view.writeFailed, false);
   assert.equal(view.report, null);
@@ -97,7 +98,8 @@ test('a suspended kernel: GPUs released, how long, resume only', () => {
     suspend: false,
     park: false,
     resume: true,
-    rebuild: false
+    rebuild: false,
+    keep: false
   });
 });
 
@@ -129,7 +131,8 @@ test('a parked kernel: GPUs released, memory in host memory, how long, resume on
     suspend: false,
     park: false,
     resume: true,
-    rebuild: false
+    rebuild: false,
+    keep: false
   });
 });
 
@@ -313,6 +316,78 @@ test('errors and waits are shown as they are', () => {
   assert.equal(view.error, 'no GPU free');
   assert.equal(view.waiting, 'waiting for 1 GPU(s); 0 free');
   assert.equal(kernelCardView(kernel(), 'a.ipynb', NOW, trans).waiting, null);
+});
+
+test('the policy: why a running kernel is kept, or when it is suspended', () => {
+  const kept = kernelCardView(
+    kernel({
+      policy: {
+        action: null,
+        reason: 'kept: group floor (research keeps 2 GPU(s))',
+        due_in: null,
+        for_demand: false
+      }
+    }),
+    'a.ipynb',
+    NOW,
+    trans
+  );
+  assert.equal(
+    kept.policy,
+    'Policy: kept: group floor (research keeps 2 GPU(s))'
+  );
+  assert.equal(kept.warning, null);
+  assert.equal(kept.can.keep, true);
+
+  const warned = kernelCardView(
+    kernel({
+      idle_seconds: 1680,
+      policy: {
+        action: 'warn',
+        reason: 'idle 28 min (timeout 30 min)',
+        due_in: 120,
+        for_demand: false,
+        due_at: NOW + 120_000
+      }
+    }),
+    'a.ipynb',
+    NOW + 40_000,
+    trans
+  );
+  assert.equal(warned.policy, null, 'the warning says it all');
+  assert.equal(
+    warned.warning,
+    'Suspends in 80 s: idle 28 min (timeout 30 min)'
+  );
+  assert.equal(warned.idle, 'idle 28m');
+
+  // a suspended kernel: its notice says why, the policy has nothing to add
+  const suspended = kernelCardView(
+    kernel({
+      state: 'suspended',
+      notice: 'Suspended by policy: idle 30 min (timeout 30 min).',
+      policy: {
+        action: null,
+        reason: 'suspended',
+        due_in: null,
+        for_demand: false
+      }
+    }),
+    'a.ipynb',
+    NOW,
+    trans
+  );
+  assert.equal(suspended.policy, null);
+  assert.equal(suspended.warning, null);
+  assert.equal(suspended.can.keep, false);
+  assert.equal(
+    suspended.notice,
+    'Suspended by policy: idle 30 min (timeout 30 min).'
+  );
+  // a server without the policy's word
+  const old = kernelCardView(kernel(), 'a.ipynb', NOW, trans);
+  assert.equal(old.policy, null);
+  assert.equal(old.warning, null);
 });
 
 test('gpuView: index and name, memory, use and holder', () => {

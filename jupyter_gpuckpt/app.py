@@ -269,8 +269,16 @@ class GPUCheckpointApp(ExtensionApp):
                 "store_problem": writable_problem(Path(self.store_root))}
 
     async def _policy_loop(self) -> None:
+        """A pass every ``policy_interval``, and one at once when a kernel starts waiting in
+        the GPU pool: an on-demand reclaim should not keep it waiting a whole interval."""
+        woken = asyncio.Event()
+        GPUPool.instance().on_wait.append(woken.set)
         while True:
-            await asyncio.sleep(self.policy_interval)
+            try:
+                await asyncio.wait_for(woken.wait(), self.policy_interval)
+            except TimeoutError:
+                pass
+            woken.clear()
             await self.policy_pass()
 
     async def policy_pass(self) -> list[policy.Decision]:

@@ -93,6 +93,8 @@ class GPUPool(SingletonConfigurable):
         self.gpus = read_inventory()
         self.holders: dict[str, str] = {}  # uuid -> kernel id
         self.waiting: dict[str, int] = {}  # kernel id -> GPUs it waits for
+        self.on_wait: list[Callable[[], None]] = []
+        """Called when a kernel starts waiting (the policy loop wakes for on-demand reclaim)."""
         self._freed = asyncio.Condition()
 
     def readings(self) -> list[GPU]:
@@ -126,6 +128,8 @@ class GPUPool(SingletonConfigurable):
                 self.waiting[kernel_id] = count
                 if on_wait is not None:
                     on_wait(count, len(usable()))
+                for wake in self.on_wait:
+                    wake()
             try:
                 await self._freed.wait_for(lambda: len(usable()) >= count)
             finally:

@@ -178,3 +178,15 @@ async def test_gpu_and_cpu_kernels_have_their_own_timeouts(one_test_gpu, jp_fetc
     assert gpu_model["state"] == "running" and "of 60 min" in gpu_model["policy"]["reason"]
     assert cpu_model["gpus"] == [] and cpu_model["state"] == "suspended"
     assert cpu_model["policy"]["action"] == "suspend" and "(timeout " in cpu_model["policy"]["reason"]
+
+
+@pytest.mark.parametrize("gpuckpt_config", [{"reclaim": "on_demand", "demand_idle": 0.5, "policy_interval": 3600.0}])
+async def test_a_kernel_that_starts_waiting_wakes_the_policy_loop(one_test_gpu, jp_fetch, jp_serverapp,
+                                                                  gpuckpt_config):
+    await jp_serverapp.extension_manager.start_all_extensions()  # the loop, which would sleep an hour
+    first = await start_kernel(jp_fetch)
+    await run(jp_serverapp, first, "x = 1")
+    await _idle_for(0.6)
+    second = await asyncio.wait_for(start_kernel(jp_fetch), 60)  # served by the pass its wait woke
+    assert (await api(jp_fetch, "kernels", first))["state"] == "suspended"
+    assert [g["uuid"] for g in (await api(jp_fetch, "kernels", second))["gpus"]] == ["GPU-test-a"]

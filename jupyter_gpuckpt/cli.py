@@ -226,6 +226,95 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor.main(args.url, args.token)
 
 
+def _floor(text: str) -> tuple[str, int]:
+    group, _, gpus = text.rpartition("=")
+    if not group or not gpus.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not GROUP=N")
+    return group, int(gpus)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Replay a trace (or make one with ``--generate``); see README, Choosing a policy."""
+    from . import replay
+    from .replay import report
+
+    if args.generate:
+        trace = replay.generate(args.generate, seed=args.seed, days=args.days)
+        if args.out:
+            replay.write_trace(trace, args.out, args.tick_seconds)
+            print(f"Wrote {len(trace.sessions)} sessions to {args.out}")
+            if not args.trace:
+                return 0
+    if args.trace:
+        try:
+            trace = replay.read_trace(args.trace, args.tick_seconds)
+        except (OSError, replay.TraceFormatError) as e:
+            raise CLIError(str(e)) from None
+    elif not args.generate:
+        raise CLIError("give a TRACE file, or --generate N")
+    if args.live:
+        from .replay.live import LiveReplayError, replay_live
+
+        server = find_server(args.live, args.token)
+        try:
+            rows = replay_live(server.url, server.token or None, trace, args.speed, args.kernel)
+        except LiveReplayError as e:
+            raise CLIError(str(e)) from None
+        print(f"{trace.name}: {len(trace.sessions)} sessions replayed at {args.speed:g}x against {server.url}\n")
+        print(report.comparison(rows))
+    else:
+        costs = replay.CostModel(args.write_gbps * 1e9, args.read_gbps * 1e9, args.suspend_fixed,
+                                 args.restore_fixed, args.start_fixed)
+        gpus = args.gpus or replay.contended_gpus(trace)
+        settings = replay.default_settings(trace, costs, args.floor)
+        try:
+            rows = [f.to_json() for f in replay.simulate_all(trace, settings, gpus, costs, args.jobs)]
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+        cells = sum(len(s.cells) for s in trace.sessions)
+        print(f"{trace.name}: {len(trace.sessions)} sessions, {cells} cells, {trace.end / 86400:.1f} days, "
+              f"{gpus} GPUs\n")
+        print(report.table(rows))
+        print("\n" + report.LEGEND)
+    if args.json:
+        report.write_json(rows, args.json)
+    if args.plot:
+        report.plot(rows, args.plot, f"{trace.name}: {len(trace.sessions)} sessions")
+    return 0
+
+
+def _add_replay(commands: Any) -> None:
+    sub = commands.add_parser("replay", help="replay a trace of notebook sessions through the policy on a "
+                                             "simulated clock and cluster, one row per policy setting")
+    sub.add_argument("trace", nargs="?", metavar="TRACE", help="NotebookOS workload JSON (.json) or CSV (.csv)")
+    sub.add_argument("--tick-seconds", type=float, default=60.0, help="seconds per NotebookOS tick (%(default)s)")
+    sub.add_argument("--gpus", type=_gpu_count, help="GPUs in the cluster (default: 75%% of the most the "
+                                                     "trace's sessions hold at once)")
+    sub.add_argument("--floor", type=_floor, action="append", default=[], metavar="GROUP=N",
+                     help="GPUs a group keeps under policy suspends; adds rows with floors (repeatable)")
+    sub.add_argument("--json", metavar="FILE", help="write the rows as JSON, one object per setting")
+    sub.add_argument("--plot", metavar="FILE", help="draw the trade-off as a PNG (needs matplotlib)")
+    sub.add_argument("--jobs", type=int, default=2, help="settings replayed side by side (%(default)s)")
+    costs = sub.add_argument_group("costs", "defaults: the README's measurements (replay/costs.py)")
+    costs.add_argument("--write-gbps", type=float, default=0.4, help="suspend write GB/s (%(default)s)")
+    costs.add_argument("--read-gbps", type=float, default=0.8, help="restore read GB/s (%(default)s)")
+    costs.add_argument("--suspend-fixed", type=float, default=0.45, help="seconds per suspend (%(default)s)")
+    costs.add_argument("--restore-fixed", type=float, default=1.64, help="seconds per restore (%(default)s)")
+    costs.add_argument("--start-fixed", type=float, default=1.07, help="seconds to start a kernel (%(default)s)")
+    made = sub.add_argument_group("synthetic traces", "replay/generator.py says what they model")
+    made.add_argument("--generate", type=int, metavar="N", help="make a trace of N sessions (and replay it, "
+                                                                "unless --out is given without TRACE)")
+    made.add_argument("--out", metavar="FILE", help="write the generated trace (.csv or .json)")
+    made.add_argument("--seed", type=int, default=0)
+    made.add_argument("--days", type=int, default=7)
+    live = sub.add_argument_group("live", "replay against a running server instead of the simulation")
+    live.add_argument("--live", metavar="URL", help="the Jupyter server's URL")
+    live.add_argument("--token", help="its token (default: $JUPYTER_TOKEN, else the running server's)")
+    live.add_argument("--kernel", help="the kernelspec to replay with (default: the server's, if checkpointable)")
+    live.add_argument("--speed", type=float, default=60.0, help="time compression (%(default)s)")
+    sub.set_defaults(func=cmd_replay)
+
+
 def _gpu_count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of GPUs")
@@ -281,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = commands.add_parser("doctor", parents=[server], help="check NVML, GPUs, the store, the key, "
                               "kernelspecs and the server extension")
     sub.set_defaults(func=cmd_doctor)
+    _add_replay(commands)
     return parser
 
 

@@ -236,6 +236,7 @@ class KernelOperations(OperationRunner):
                     await provisioner.resume(needs)
                     await self.manager.connection_changed(kernel_id)
                     report = await self._restore(record, checkpoint["id"], "resume")
+                    self._resumed_by_user(record, reason)
                     record.state = State.RUNNING
                     record.suspended_at = None
                     self._tell(record, f"Resumed from checkpoint {report['id']}.", report)
@@ -248,6 +249,12 @@ class KernelOperations(OperationRunner):
                 self.manager.tasks.start(f"rebuild {kernel_id}", self.rebuild(kernel_id, "resume"))
             return self._result(kernel_id, "done")
 
+    def _resumed_by_user(self, record: KernelRecord, reason: str) -> None:
+        """A resume the user asked for, or a cell they ran, is their activity: the policy must
+        not take an idle time from before the suspend for the kernel's and suspend it again."""
+        if reason in ("request", "execute"):
+            activity.touch(self.manager.km(record.kernel_id))
+
     async def _unpark(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner, reason: str) -> bool:
         """Give a parked kernel its GPU memory back. If the driver cannot, the kernel is
         suspended (its process ended; it has the checkpoint taken as it was parked) and
@@ -259,6 +266,7 @@ class KernelOperations(OperationRunner):
         try:
             async with self._run(record, "resume", reason, State.RESTORING, safe_state) as op:
                 await provisioner.unpark()
+                self._resumed_by_user(record, reason)
                 record.state = State.RUNNING
                 record.parked_at = None
                 op.done = {"checkpoint_id": (record.last_checkpoint or {}).get("id", ""), "source": "park"}

@@ -190,3 +190,18 @@ async def test_a_kernel_that_starts_waiting_wakes_the_policy_loop(one_test_gpu, 
     second = await asyncio.wait_for(start_kernel(jp_fetch), 60)  # served by the pass its wait woke
     assert (await api(jp_fetch, "kernels", first))["state"] == "suspended"
     assert [g["uuid"] for g in (await api(jp_fetch, "kernels", second))["gpus"]] == ["GPU-test-a"]
+
+
+@pytest.mark.parametrize("gpuckpt_config", [{"idle_timeout": 1.0, "policy_interval": 3600.0}])
+async def test_a_kernel_the_user_resumes_is_not_suspended_again_at_the_next_pass(jp_fetch, jp_serverapp,
+                                                                                 gpuckpt_config):
+    app = _app(jp_serverapp)
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, "x = 1")
+    await _idle_for(1.2)
+    await app.policy_pass()
+    assert (await api(jp_fetch, "kernels", kernel_id))["state"] == "suspended"
+    await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    await app.policy_pass()  # the resume was the user's activity: its idle time starts again
+    model = await api(jp_fetch, "kernels", kernel_id)
+    assert model["state"] == "running" and model["idle_seconds"] < 1.0

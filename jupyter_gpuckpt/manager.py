@@ -343,8 +343,8 @@ class CheckpointManager:
             try:
                 for ended in await placement.collect_orphans(runs):
                     self.tasks.log.warning("gpuckpt: ended %s, which the ledger did not know", ended)
-            except Exception:
-                self.tasks.log.exception("gpuckpt: could not look for untracked kernels of %s", placement.__name__)
+            except Exception as e:  # Slurm's commands without a cluster, say: one line, not a traceback
+                self.tasks.log.warning("gpuckpt: could not look for untracked kernels of %s: %s", placement.__name__, e)
         for kernel_id, entry in ledger.items():
             running = entry.get("state") == State.RUNNING.value and entry.get("placement_info")
             # a parked kernel's process ended with the server: it is suspended, from the

@@ -171,6 +171,8 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             Kernel id -> the :meth:`ledger_info` the ledger keeps for it (None: none), for
             every kernel in the ledger.
         """
+        if shutil.which("squeue") is None:  # no Slurm here: no job of ours either
+            return []
         store = slurm_queue.store_key(cls.store_root or default_root())
         ours = slurm.JobQueue.instance().kernels
         cancelled = []

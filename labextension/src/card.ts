@@ -102,7 +102,7 @@ export class KernelCard {
     // a suspend the policy warned of: when, why, and the way out (report's layout)
     this._warning = h(
       'div',
-      { class: 'jp-gpuckpt-report jp-gpuckpt-warning', 'data-kind': 'warning' },
+      { class: 'jp-gpuckpt-warning', 'data-kind': 'warning' },
       this._warningText,
       this._buttons.keep
     );

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import socket
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from jupyter_core.paths import jupyter_data_dir
+from jupyter_core.utils import ensure_async
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
-from traitlets import Bool, CaselessStrEnum, Dict, Float, Int, List, TraitError, Unicode, default, validate
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Int, List, Set, TraitError, Unicode, default, validate
 
 from gpuckpt_store import default_root, writable_problem
 
-from . import events, host_memory, metrics, policy
+from . import events, host_memory, metrics, policy, policy_overrides
 from .gpus import GPUPool
 from .handlers import default_handlers
 from .host_memory import HostMemory, parse_limit
@@ -51,15 +54,18 @@ class GPUCheckpointApp(ExtensionApp):
              "always after idle_timeout.")
     demand_idle = Float(60.0, config=True, help="Seconds a kernel must be idle before it is suspended for a "
                                                 "waiting GPU request (reclaim 'on_demand' and 'both').")
-    rhythm = Bool(False, config=True, help="Take each kernel's idle limit from its own pauses between cells: "
-                                           "rhythm_factor times its rhythm_quantile pause (at least rhythm_min, at "
-                                           "most idle_timeout), once it has made rhythm_gaps pauses. A user who "
-                                           "pauses 30 s between cells is not kept waiting as long as one who "
-                                           "pauses 10 min; `jupyter gpuckpt replay` shows the trade-off.")
-    rhythm_factor = Float(2.0, config=True, help="See rhythm: how many times its usual pause a kernel may idle.")
-    rhythm_quantile = Float(0.8, config=True, help="See rhythm: which of its pauses counts as usual (0-1].")
-    rhythm_min = Float(60.0, config=True, help="See rhythm: the shortest idle limit it sets, in seconds.")
-    rhythm_gaps = Int(5, config=True, help="See rhythm: pauses a kernel makes before its rhythm is used.")
+    rhythm = Bool(False, config=True, help="Take each kernel's idle limit from its own pauses between cells: the "
+                                           "limit (from rhythm_min to idle_timeout) that would have cost its past "
+                                           "pauses least, counting the GPU-seconds held idle and rhythm_wait_cost "
+                                           "for each pause that would have ended in a wait, once it has made "
+                                           "rhythm_gaps pauses. A user who pauses 30 s to 3 min between cells keeps "
+                                           "the kernel through them and gives the GPU back within minutes of "
+                                           "leaving, instead of after one timeout for all. `jupyter gpuckpt replay` "
+                                           "shows the trade-off.")
+    rhythm_wait_cost = Float(400.0, config=True, help="See rhythm: how many idle GPU-seconds one cell kept "
+                                                      "waiting for a restore is worth (lower: shorter limits).")
+    rhythm_min = Float(30.0, config=True, help="See rhythm: the shortest idle limit it sets, in seconds.")
+    rhythm_gaps = Int(3, config=True, help="See rhythm: pauses a kernel makes before its rhythm is used.")
     warn_before = Float(60.0, config=True, help="Seconds of warning before the policy suspends a kernel whose "
                                                 "notebook is open (a JupyterLab notification with \"Keep "
                                                 "running\", and a policy event); 0 warns nobody.")
@@ -75,6 +81,14 @@ class GPUCheckpointApp(ExtensionApp):
     suspend_connected = Bool(True, config=True, help="Whether kernels with open browser connections may be suspended.")
     exempt_kernels = List(Unicode(), config=True, help="Kernel ids never suspended by policy.")
     exempt_kernelspecs = List(Unicode(), config=True, help="Kernelspec names never suspended by policy.")
+    user_overridable = List(
+        Unicode(), config=True,
+        help="Policy settings a kernelspec's metadata.gpuckpt may loosen, e.g. ['warn_before', "
+             "'suspend_connected']. Any other setting it may only tighten (a lower idle_timeout, not 0; "
+             "the rule per setting: jupyter_gpuckpt.policy_overrides.TIGHTER); a looser value is ignored, logged, and "
+             "listed in GET /api/gpuckpt/policy under refused_overrides. Default: none. Behind JupyterHub, "
+             "set it (and the policy) in c.Spawner.args, which the users' own config files cannot change.")
+    _refusals_logged = Set(help="(kernelspec, setting, value) refusals already logged: once each.")
     checkpoint_interval = Float(0.0, config=True, help="Checkpoint running kernels this often (seconds) "
                                                        "when they ran something since; 0 turns it off.")
     keep_checkpoints = Int(5, config=True, help="Checkpoints kept per kernel; older ones are deleted. 0 keeps all.")
@@ -111,12 +125,38 @@ class GPUCheckpointApp(ExtensionApp):
     write_behind_bandwidth = Float(0.0, config=True, help="Bytes per second at most that writing staged state "
                                                           "to the store may take (0: no limit), so it leaves "
                                                           "a shared file system to running kernels.")
+    suspend_on_stop = Bool(
+        config=True,
+        help="Suspend the running kernels (straight to the store, all at once) when the server stops, "
+             "instead of letting it shut them down: the next server lists them suspended and they resume "
+             "with their state on their next cell. Kernels whose placement outlives the server (Slurm jobs) "
+             "keep running as without it. Default: on under JupyterHub (a culled or stopped server loses "
+             "nothing), off otherwise (stopping `jupyter lab` shuts its kernels down).")
+    suspend_on_stop_timeout = Float(
+        20.0, config=True,
+        help="Seconds the suspends of suspend_on_stop may take in all; a kernel not suspended by then is shut "
+             "down with the server. Keep it below the time the hub gives a stopping server (SIGINT, then "
+             "Spawner.interrupt_timeout and term_timeout for local processes; KubeSpawner.delete_grace_period).")
 
-    @validate("rhythm_quantile")
-    def _check_quantile(self, proposal: Any) -> float:
-        if not 0 < proposal["value"] <= 1:
-            raise TraitError(f"GPUCheckpointApp.rhythm_quantile must be in (0, 1], not {proposal['value']}")
+    @default("suspend_on_stop")
+    def _default_suspend_on_stop(self) -> bool:
+        from os import environ  # the hub starts its users' servers with these set
+
+        return bool(environ.get("JUPYTERHUB_API_TOKEN") and environ.get("JUPYTERHUB_SERVICE_PREFIX"))
+
+    @validate("rhythm_wait_cost")
+    def _check_wait_cost(self, proposal: Any) -> float:
+        if proposal["value"] < 0:
+            raise TraitError(f"GPUCheckpointApp.rhythm_wait_cost must not be negative, not {proposal['value']}")
         return float(proposal["value"])
+
+    @validate("user_overridable")
+    def _check_user_overridable(self, proposal: Any) -> list[str]:
+        unknown = sorted(set(proposal["value"]) - set(policy.POLICY_FIELDS))
+        if unknown:
+            raise TraitError(f"GPUCheckpointApp.user_overridable: {', '.join(unknown)} is no policy setting "
+                             f"(they are: {', '.join(policy.POLICY_FIELDS)})")
+        return list(proposal["value"])
 
     @validate("host_memory_limit")
     def _check_host_memory_limit(self, proposal: Any) -> str:
@@ -149,6 +189,7 @@ class GPUCheckpointApp(ExtensionApp):
         settings = Settings(Path(self.store_root), self.keep_checkpoints, self.ready_timeout, self.stall_timeout,
                             self.rebuild_skipped,
                             release_mode=self.release_mode,
+                            release_mode_of=lambda kernel_id: self.policy_for(kernel_id).release_mode,
                             host_memory=HostMemory(Path(self.staging_root), parse_limit(self.host_memory_limit)),
                             write_behind_bandwidth=self.write_behind_bandwidth)
         self.manager = CheckpointManager(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
@@ -187,16 +228,37 @@ class GPUCheckpointApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         await self.manager.reregister()
         self.tasks.start("policy loop", self._policy_loop())
+        if self.suspend_on_stop and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            # Without a terminal, jupyter_server leaves SIGINT to Python: a KeyboardInterrupt that ends the
+            # process without stopping extensions or kernels. JupyterHub's local spawners stop a server
+            # with it; it must stop the server as SIGTERM does.
+            try:
+                signal.signal(signal.SIGINT, serverapp._signal_stop)
+            except ValueError:  # not the main thread: an embedded server, whose host handles signals
+                pass
 
     async def stop_extension(self) -> None:
         """The server stops: what is suspended stays in the ledger (the kernels jupyter_server
-        shuts down next are not forgotten), background work is cancelled and awaited."""
-        assert self.serverapp is not None and self.serverapp.event_logger is not None
-        self.serverapp.event_logger.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
-        await self.tasks.stop()
-        await self.manager.leave_running()
-        self.manager.watcher.close()
-        self.metrics.stop()
+        shuts down next are not forgotten), background work is cancelled and awaited, and with
+        ``suspend_on_stop`` the running kernels are suspended first.
+
+        Runs once: a second stop signal (the hub's SIGTERM after its SIGINT) waits for the first
+        stop instead of starting another, so no kernel is shut down while it is being suspended."""
+        async def stop() -> None:
+            assert self.serverapp is not None and self.serverapp.event_logger is not None
+            self.serverapp.event_logger.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
+            await self.tasks.stop()  # operations under way end first, each in its safe state
+            await self.manager.leave_running(suspend_within=self.suspend_on_stop_timeout if self.suspend_on_stop
+                                             else None)
+            self.manager.watcher.close()
+            self.metrics.stop()
+            if signal.getsignal(signal.SIGINT) == self.serverapp._signal_stop:  # ours: the next is Python's again
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+
+        stopping: asyncio.Future[None] | None = getattr(self, "_stopping", None)
+        if stopping is None:
+            stopping = self._stopping = asyncio.ensure_future(stop())
+        await asyncio.shield(stopping)
 
     async def _on_kernel_action(self, logger: Any, schema_id: str, data: dict[str, Any]) -> None:
         """Follow every kernel from its start (its restarts, the cells it runs, where it runs)
@@ -248,24 +310,53 @@ class GPUCheckpointApp(ExtensionApp):
         return policy.Policy(**{name: getattr(self, name) for name in policy.POLICY_FIELDS if name != "exempt"})
 
     def policy_for(self, kernel_id: str) -> policy.Policy:
+        """The kernel's effective policy: the server's, with what its kernelspec's
+        ``metadata.gpuckpt`` may change (``user_overridable``); refusals are logged once."""
         km = self.manager.km(kernel_id)
-        effective = self.base_policy().override(km.kernel_spec.metadata if km.kernel_spec else {})
+        metadata = km.kernel_spec.metadata if km.kernel_spec else {}
+        effective, refused = policy_overrides.overridden(self.base_policy(), metadata, self.user_overridable)
+        for setting, reason in refused.items():
+            seen = (km.kernel_name, setting, reason)
+            if seen not in self._refusals_logged:
+                self._refusals_logged.add(seen)
+                self.log.warning("gpuckpt: kernelspec %s may not set %s: %s; the server's value applies "
+                                 "(GPUCheckpointApp.user_overridable)", km.kernel_name, setting, reason)
         if kernel_id in self.exempt_kernels or km.kernel_name in self.exempt_kernelspecs:
             effective.exempt = True
         return effective
+
+    async def refused_overrides(self) -> dict[str, dict[str, str]]:
+        """What each kernelspec (installed now, or of a running kernel) asks in its
+        ``metadata.gpuckpt`` that the server refuses: ``{kernelspec: {setting: reason}}``.
+
+        .. versionadded:: 0.2
+        """
+        assert self.serverapp is not None and self.serverapp.kernel_spec_manager is not None
+        specs = await ensure_async(self.serverapp.kernel_spec_manager.get_all_specs())
+        metadata = {name: spec.get("spec", {}).get("metadata") or {} for name, spec in specs.items()}
+        for kernel_id in self.serverapp.kernel_manager.list_kernel_ids():
+            km = self.serverapp.kernel_manager.get_kernel(kernel_id)
+            if km.kernel_spec is not None:
+                metadata.setdefault(km.kernel_name, km.kernel_spec.metadata)
+        base = self.base_policy()
+        refusals = {name: policy_overrides.overridden(base, meta, self.user_overridable)[1]
+                    for name, meta in metadata.items()}
+        return {name: refused for name, refused in sorted(refusals.items()) if refused}
 
     def group_of(self, kernel_id: str) -> str:
         """The kernel's group for the floors (see ``GPUCheckpointProvisioner.kernel_group``)."""
         provisioner = self.manager.provisioner(kernel_id)
         return provisioner.kernel_group() if provisioner else GPUCheckpointProvisioner.group
 
-    def policy_model(self) -> dict[str, Any]:
-        return {**self.base_policy().__dict__, "group_floors": dict(self.group_floors),
+    async def policy_model(self) -> dict[str, Any]:
+        return {**self.base_policy().__dict__, "user_overridable": list(self.user_overridable),
+                "refused_overrides": await self.refused_overrides(), "group_floors": dict(self.group_floors),
                 "group": GPUCheckpointProvisioner.group, "exempt_kernels": list(self.exempt_kernels),
                 "exempt_kernelspecs": list(self.exempt_kernelspecs), "policy_interval": self.policy_interval,
                 "store_root": self.store_root, "rebuild_skipped": self.rebuild_skipped,
                 "host_memory_limit": self.host_memory_limit, "staging_root": self.staging_root,
-                "write_behind_bandwidth": self.write_behind_bandwidth,
+                "write_behind_bandwidth": self.write_behind_bandwidth, "suspend_on_stop": self.suspend_on_stop,
+                "suspend_on_stop_timeout": self.suspend_on_stop_timeout,
                 "store_problem": writable_problem(Path(self.store_root))}
 
     async def _policy_loop(self) -> None:
@@ -286,7 +377,16 @@ class GPUCheckpointApp(ExtensionApp):
         past the host memory limit suspended."""
         decisions = await self.reclaimer.run_pass()
         await self._convert_parked_over_limit()
+        self._busy_is_activity(decisions)
         return decisions
+
+    def _busy_is_activity(self, decisions: list[policy.Decision]) -> None:
+        """A cell that runs counts as the server's activity, though it prints nothing: the
+        server's ``last_activity`` (which JupyterHub's idle culler reads) takes every
+        ``*_last_activity`` web app setting into account."""
+        assert self.serverapp is not None
+        if any(d.reason.startswith(policy.RUNNING_CELL) for d in decisions):
+            self.serverapp.web_app.settings["gpuckpt_last_activity"] = datetime.now(timezone.utc)
 
     async def _convert_parked_over_limit(self) -> None:
         """Parked kernels' GPU state lies in host memory, beside the staged copies: past

@@ -50,6 +50,9 @@ class Settings:
     failover_grace: float = 30.0
     release_mode: str = "park"
     """How a suspend frees GPUs unless asked otherwise: "park" where it can, else "suspend"."""
+    release_mode_of: Callable[[str], str] | None = None
+    """A kernel's release mode as its effective policy says (the server's, with what its
+    kernelspec may change); None: :attr:`release_mode` for every kernel."""
     host_memory: HostMemory | None = None
     """Where suspends stage the kernel's state (None: straight to the store)."""
     write_behind_bandwidth: float = 0.0
@@ -104,10 +107,10 @@ class CheckpointManager:
         return provisioner if isinstance(provisioner, GPUCheckpointProvisioner) else None
 
     def release_mode(self, kernel_id: str) -> str:
-        """``park`` or ``suspend``: the kernelspec's ``metadata.gpuckpt.release_mode``, else the server's."""
-        spec = self.km(kernel_id).kernel_spec
-        chosen = ((spec.metadata if spec else {}).get("gpuckpt") or {}).get("release_mode")
-        return str(chosen) if chosen in ("park", "suspend") else self.settings.release_mode
+        """``park`` or ``suspend``: the kernel's effective policy's (a kernelspec may change it
+        only as far as the server lets it: ``policy_overrides``)."""
+        chosen = self.settings.release_mode_of
+        return chosen(kernel_id) if chosen is not None else self.settings.release_mode
 
     def record(self, kernel_id: str) -> KernelRecord:
         """The kernel's record, made (and its cells and restarts followed) on first use."""
@@ -309,10 +312,39 @@ class CheckpointManager:
 
     # -- server stop and restart ---------------------------------------------------------
 
-    async def leave_running(self) -> None:
+    async def leave_running(self, suspend_within: float | None = None) -> None:
         """The server stops: kernels whose placement outlives it (Slurm jobs) keep running
         and are kept in the ledger, to be taken over at the next start; jupyter_server then
-        shuts down only the others."""
+        shuts down only the others.
+
+        With ``suspend_within`` (seconds), those others are suspended first if they run: all at
+        once, straight to the store (the next server may run on another node, and nothing is
+        left to write), in ``suspend_within`` seconds at most. The ledger keeps them suspended,
+        so the next server registers them again, suspended. A kernel that could not be suspended
+        in time (or at all) is logged and shut down with the server, as without it. Parked
+        kernels need nothing: their checkpoint is durable, the next server has them suspended."""
+        if suspend_within is not None:
+            doomed = [kernel_id for kernel_id in list(self.kernel_manager.list_kernel_ids())
+                      if (provisioner := self.provisioner(kernel_id)) is not None and not provisioner.outlives_server
+                      and (record := self.records.get(kernel_id)) is not None and record.state == State.RUNNING]
+            log = self.tasks.log
+
+            async def suspend(kernel_id: str) -> None:
+                try:
+                    await asyncio.wait_for(self.operations.suspend(kernel_id, "server_stop", mode="suspend"),
+                                           suspend_within)
+                except TimeoutError:
+                    log.warning("gpuckpt: kernel %s was not suspended in %g s (GPUCheckpointApp."
+                                "suspend_on_stop_timeout): it is shut down with the server", kernel_id, suspend_within)
+                except Exception as e:
+                    log.warning("gpuckpt: kernel %s could not be suspended before the server stopped, it is shut "
+                                "down with it: %s", kernel_id, str(e) or type(e).__name__)
+
+            if doomed:
+                log.info("gpuckpt: suspending %d running kernel(s) before the server stops (%g s at most)",
+                         len(doomed), suspend_within)
+                self.host_memory.limit = 0  # no staging: straight to the store
+                await asyncio.gather(*(suspend(kernel_id) for kernel_id in doomed))
         for kernel_id in list(self.kernel_manager.list_kernel_ids()):
             provisioner = self.provisioner(kernel_id)
             record = self.records.get(kernel_id)

@@ -12,28 +12,33 @@ suspended by policy, and checkpoint traffic never counts as activity.
 Reclaim modes:
 
 - ``idle``: suspend a kernel idle for ``idle_timeout`` (``cpu_idle_timeout`` for kernels
-  holding no GPU), or, with ``rhythm``, for longer than its own usual pause between cells;
+  holding no GPU), or, with ``rhythm``, for the limit its own past pauses between cells say is
+  cheapest (:func:`rhythm_limit`);
 - ``on_demand``: suspend idle kernels only while GPU requests wait that their GPUs could
   serve, cheapest first (longest idle, least state to write, most GPUs freed), never more
   than the waiting requests need;
 - ``both``: on demand after ``demand_idle``, and always after the idle limit.
 
-Floors: under any policy suspend, a group keeps at least ``floors[group]`` GPUs.
+Floors: under any policy suspend, a group keeps at least ``floors[group]`` GPUs. What a
+kernelspec may change of the server's policy: ``policy_overrides.py``.
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 RECLAIM_MODES = ("idle", "on_demand", "both")
+RUNNING_CELL = "kept: a cell runs"
 
 POLICY_FIELDS = ("idle_timeout", "cpu_idle_timeout", "gpu_utilization_threshold", "suspend_connected",
                  "checkpoint_interval", "keep_checkpoints", "exempt", "release_mode", "park_timeout", "reclaim",
-                 "demand_idle", "rhythm", "rhythm_factor", "rhythm_quantile", "rhythm_min", "rhythm_gaps",
+                 "demand_idle", "rhythm", "rhythm_wait_cost", "rhythm_min", "rhythm_gaps",
                  "warn_before")
 
 
@@ -60,26 +65,22 @@ class Policy:
     """Seconds idle before a kernel may be suspended for a waiting GPU request (on_demand, both)."""
     rhythm: bool = False
     """Take the idle limit from the kernel's own pauses between cells rather than one timeout."""
-    rhythm_factor: float = 2.0
-    rhythm_quantile: float = 0.8
-    rhythm_min: float = 60.0
-    rhythm_gaps: int = 5
+    rhythm_wait_cost: float = 400.0
+    """With ``rhythm``: idle GPU-seconds one cell kept waiting for a restore is worth. Each kernel's
+    limit is the one that would have cost its own past pauses least: GPU-seconds held idle plus
+    this for every pause that would have ended in a wait."""
+    rhythm_min: float = 30.0
+    rhythm_gaps: int = 3
     """Pauses seen before the kernel's rhythm is trusted; until then the idle limit applies."""
     warn_before: float = 0.0
     """Seconds of warning before a policy suspend of a kernel with an open notebook; 0 none."""
 
-    def override(self, metadata: dict[str, Any]) -> Policy:
-        """This policy with a kernelspec's ``metadata["gpuckpt"]`` applied."""
-        names = {f.name for f in fields(self)}
-        updates = {k: v for k, v in (metadata.get("gpuckpt") or {}).items() if k in names}
-        return Policy(**{**self.__dict__, **updates})
-
     def problem(self) -> str | None:
-        """What makes this policy unusable (a wrong mode or quantile), or None."""
+        """What makes this policy unusable (a wrong mode, a negative wait cost), or None."""
         if self.reclaim not in RECLAIM_MODES:
             return f"reclaim must be one of {', '.join(RECLAIM_MODES)}, not {self.reclaim!r}"
-        if not 0 < self.rhythm_quantile <= 1:
-            return f"rhythm_quantile must be in (0, 1], not {self.rhythm_quantile}"
+        if self.rhythm_wait_cost < 0:
+            return f"rhythm_wait_cost must not be negative, not {self.rhythm_wait_cost}"
         return None
 
 
@@ -177,11 +178,39 @@ def idle_limit(policy: Policy, kernel: KernelView) -> tuple[float, str] | None:
     if timeout <= 0:
         return None
     if policy.rhythm and len(kernel.gaps) >= policy.rhythm_gaps:
-        usual = quantile(kernel.gaps, policy.rhythm_quantile)
-        limit = min(timeout, max(policy.rhythm_min, policy.rhythm_factor * usual))
+        limit, longer = rhythm_limit(sorted(kernel.gaps), max(1, kernel.gpus), policy.rhythm_wait_cost,
+                                     policy.rhythm_min, timeout)
         if limit < timeout:
-            return limit, f"{policy.rhythm_factor:g}x its usual pause of {duration(usual)}"
+            return limit, f"its rhythm: {longer} of its last {len(kernel.gaps)} pauses were longer"
     return timeout, f"timeout {duration(timeout)}"
+
+
+LIMITS = (15.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0, 450.0, 600.0, 900.0, 1200.0, 1800.0, 2700.0,
+          3600.0, 5400.0, 7200.0)
+"""The idle limits the rhythm chooses from (seconds), within ``rhythm_min`` and the timeout."""
+
+
+def rhythm_limit(gaps: Sequence[float], gpus: int, wait_cost: float, shortest: float,
+                 timeout: float) -> tuple[float, int]:
+    """The idle limit that would have cost these past pauses (sorted) least, and how many of
+    them were longer than it.
+
+    A limit L costs a pause g: ``min(g, L) * gpus`` GPU-seconds held idle, and ``wait_cost``
+    if g > L (the next cell waits for a restore). A user who pauses 30 s to 3 min between cells
+    keeps the kernel through those pauses and loses it within minutes of leaving; pauses that
+    cost more GPU-seconds to hold than a wait is worth are given up early. More GPUs make idling
+    dearer, so a shorter limit. Ties go to the shorter limit.
+    """
+    held = list(itertools.accumulate(gaps, initial=0.0))
+    best: tuple[float, float, int] | None = None
+    for limit in [x for x in LIMITS if shortest <= x < timeout] + [timeout]:
+        shorter = bisect.bisect_right(gaps, limit)
+        longer = len(gaps) - shorter
+        cost = (held[shorter] + limit * longer) * gpus + wait_cost * longer
+        if best is None or cost < best[0] - 1e-9:
+            best = (cost, limit, longer)
+    assert best is not None
+    return best[1], best[2]
 
 
 def _kept(kernel: KernelView, policy: Policy) -> str | None:
@@ -191,7 +220,7 @@ def _kept(kernel: KernelView, policy: Policy) -> str | None:
     if not kernel.suspendable:
         return "kept: not a checkpointable kernel"
     if kernel.busy:
-        return "kept: a cell runs"
+        return RUNNING_CELL
     if kernel.gpu_utilization > policy.gpu_utilization_threshold:
         return f"kept: its GPU is busy ({kernel.gpu_utilization}%)"
     if not policy.suspend_connected and kernel.connections:

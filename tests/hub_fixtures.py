@@ -27,6 +27,8 @@ from live_server import JUPYTER, Server, jupyter_env
 REPO = Path(__file__).resolve().parent.parent
 SKIP = "JUPYTER_GPUCKPT_SKIP_HUB"
 TESTER_TOKEN = "gpuckpt-hub-tester-token-0123456789"
+PASSWORD = "gpuckpt-test-password"
+"""Every user's password on the hub's login form (DummyAuthenticator)."""
 USERS = ("alice", "bob")
 ADMIN = "admin"
 KERNEL_NAME = "python3-gpuckpt"
@@ -143,7 +145,7 @@ c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{proxy_api}"
 c.JupyterHub.db_url = "sqlite:///{base}/jupyterhub.sqlite"
 c.JupyterHub.cookie_secret_file = "{base}/jupyterhub_cookie_secret"
 c.JupyterHub.authenticator_class = "dummy"
-c.DummyAuthenticator.password = "gpuckpt-test-password"
+c.DummyAuthenticator.password = {PASSWORD!r}
 c.Authenticator.allowed_users = {set(users_allowed)!r}
 c.Authenticator.admin_users = {{{ADMIN!r}}}
 c.JupyterHub.spawner_class = "simple"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from jupyter_gpuckpt.policy import Decision, Demand, Floors, KernelView, Policy, decide, idle_limit, plan
+from jupyter_gpuckpt.policy import Decision, Demand, Floors, KernelView, Policy, decide, idle_limit, plan, rhythm_limit
+from jupyter_gpuckpt.policy_overrides import overridden
 
 NOW = 10_000.0
 MIN = 60.0
@@ -63,16 +64,30 @@ def test_every_decision_says_why():
 
 
 def test_the_rhythm_sets_each_kernels_limit_from_its_own_pauses():
-    policy = _policy(idle_timeout=3600, rhythm=True, rhythm_factor=2, rhythm_quantile=0.8, rhythm_min=60,
-                     rhythm_gaps=5)
-    quick = _kernel(gaps=[20, 30, 25, 22, 28])  # 0.8 quantile: 28 s; twice that is under the 60 s floor
-    slow = _kernel(gaps=[300, 600, 420, 500, 480])  # 0.8 quantile: 500 s
-    new = _kernel(gaps=[300, 600])  # too few pauses to trust
-    assert idle_limit(policy, quick) == (60, "2x its usual pause of 28 s")
-    assert idle_limit(policy, slow) == (1000, "2x its usual pause of 8 min")
-    assert idle_limit(policy, new) == (3600, "timeout 60 min")
-    assert decide(policy, _kernel(gaps=quick.gaps, idle_seconds=61.0), NOW).action == "suspend"
-    assert decide(policy, _kernel(gaps=slow.gaps, idle_seconds=900.0), NOW).action is None
+    policy = _policy(idle_timeout=3600, rhythm=True, rhythm_wait_cost=400, rhythm_min=30, rhythm_gaps=3)
+    # quick cells, and one long break: 60 s holds every short pause and gives up the break
+    quick = _kernel(gaps=[20, 30, 25, 22, 28, 3000])
+    # a few minutes of thought between cells, each cheaper to hold than a wait: kept through them
+    slow = _kernel(gaps=[150, 200, 120, 180, 160])
+    # pauses of ten minutes: each costs more to hold than a 400 GPU-second wait: suspended early
+    long = _kernel(gaps=[500, 600, 420, 550, 480])
+    assert idle_limit(policy, quick) == (30, "its rhythm: 1 of its last 6 pauses were longer")
+    assert idle_limit(policy, slow) == (240, "its rhythm: 0 of its last 5 pauses were longer")
+    assert idle_limit(policy, long) == (30, "its rhythm: 5 of its last 5 pauses were longer")
+    assert idle_limit(policy, _kernel(gaps=[20, 3000])) == (3600, "timeout 60 min")  # too few pauses yet
+    # a kernel holding four GPUs costs four times as much to keep idle: a shorter limit
+    four = _kernel(gaps=[100, 120, 90, 3000], gpus=4)
+    one = _kernel(gaps=[100, 120, 90, 3000], gpus=1)
+    assert idle_limit(policy, four)[0] < idle_limit(policy, one)[0]
+    assert decide(policy, _kernel(gaps=quick.gaps, idle_seconds=31.0), NOW).action == "suspend"
+    assert decide(policy, _kernel(gaps=slow.gaps, idle_seconds=200.0), NOW).action is None
+
+
+def test_the_rhythm_limit_is_the_cheapest_for_the_past_pauses():
+    # pauses 10, 10, 10, 1000 s, one GPU, a wait worth 100 GPU-seconds: 15 s costs 30 + 15 + 100
+    assert rhythm_limit([10.0, 10.0, 10.0, 1000.0], 1, 100.0, 15.0, 3600.0) == (15.0, 1)
+    # a wait worth more than the break's idle time: the shortest limit that holds every pause
+    assert rhythm_limit([10.0, 10.0, 10.0, 1000.0], 1, 5000.0, 15.0, 3600.0) == (1200.0, 0)
 
 
 def test_an_open_notebook_is_warned_before_the_suspend_and_keep_running_restarts_the_clock():
@@ -152,5 +167,5 @@ def test_a_demand_suspend_of_an_open_notebook_is_warned_first():
 
 
 def test_kernelspec_metadata_overrides_only_known_settings():
-    policy = _policy().override({"gpuckpt": {"idle_timeout": 30, "suspend_connected": False, "bogus": 1}})
+    policy = overridden(_policy(), {"gpuckpt": {"idle_timeout": 30, "suspend_connected": False, "bogus": 1}})[0]
     assert (policy.idle_timeout, policy.suspend_connected, policy.checkpoint_interval) == (30, False, 0)

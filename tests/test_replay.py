@@ -167,15 +167,20 @@ def test_cli_replays_2000_sessions(tmp_path):
     assert on_demand["suspends_without_demand"] == 0
     assert on_demand["gpu_wait_max_s"] <= on_demand["suspend_max_s"] + 10  # + one policy_interval
     assert rows["oracle"]["cells_waited_share"] < 0.08 <= rows["idle 2m"]["cells_waited_share"]
+    # a fixed timeout returning 90% keeps about a fifth of the cells waiting; the rhythm returns
+    # nearly as much (90.0% on this trace, 88.7-89.6% on seeds 1-3) with at most 12% waiting
+    assert rows["idle 2m"]["idle_returned_share"] >= 0.90 and rows["idle 2m"]["cells_waited_share"] > 0.15
+    assert rows["rhythm"]["idle_returned_share"] >= 0.88 and rows["rhythm"]["cells_waited_share"] <= 0.12
 
 
-def test_the_rhythm_beats_a_fixed_timeout_on_both_counts():
+def test_the_rhythm_returns_what_a_short_timeout_does_with_fewer_waits():
     """Each session's limit from its own pauses returns more idle GPU-hours than a fixed 5-min
-    timeout, and fewer cells wait. (It does not reach the issue's 90% with at most 12% waiting
-    on this trace: the README's "Choosing a policy" says why.)"""
+    timeout, and keeps far fewer cells waiting than the 2-min one that returns about as much."""
     trace = generate(600)
     gpus = 10_000  # no contention: the idle limits alone
     rhythm = simulate(trace, Setting("rhythm", Policy(idle_timeout=600, rhythm=True)), gpus, COSTS)
-    fixed = simulate(trace, Setting("idle 5m", Policy(idle_timeout=300)), gpus, COSTS)
-    assert rhythm.idle_returned_share > fixed.idle_returned_share
-    assert rhythm.cells_waited_share < fixed.cells_waited_share
+    five = simulate(trace, Setting("idle 5m", Policy(idle_timeout=300)), gpus, COSTS)
+    two = simulate(trace, Setting("idle 2m", Policy(idle_timeout=120)), gpus, COSTS)
+    assert rhythm.idle_returned_share > five.idle_returned_share
+    assert rhythm.idle_returned_share > two.idle_returned_share - 0.02
+    assert rhythm.cells_waited_share < two.cells_waited_share - 0.04

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -205,3 +206,27 @@ async def test_a_kernel_the_user_resumes_is_not_suspended_again_at_the_next_pass
     await app.policy_pass()  # the resume was the user's activity: its idle time starts again
     model = await api(jp_fetch, "kernels", kernel_id)
     assert model["state"] == "running" and model["idle_seconds"] < 1.0
+
+
+async def test_a_running_cell_is_the_servers_activity_for_the_hubs_culler(jp_fetch, jp_serverapp, tmp_path):
+    kernel_id = await start_kernel(jp_fetch)
+    done = tmp_path / "done"
+    client = jp_serverapp.kernel_manager.get_kernel(kernel_id).client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=30)
+        client.execute(f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)")  # silent
+        await _until(lambda: _busy(jp_fetch, kernel_id), "the cell runs")
+        before = (await api(jp_fetch, "kernels", kernel_id))["last_activity"]
+        await asyncio.sleep(1.0)
+        await _app(jp_serverapp).policy_pass()
+        status = json.loads((await jp_fetch("api", "status")).body)
+        # the server's, which the hub reads: later than anything the silent cell sent
+        assert datetime.fromisoformat(status["last_activity"]) > datetime.fromisoformat(before)
+    finally:
+        done.touch()
+        client.stop_channels()
+
+
+async def _busy(jp_fetch: Any, kernel_id: str) -> bool:
+    return (await api(jp_fetch, "kernels", kernel_id))["execution_state"] == "busy"

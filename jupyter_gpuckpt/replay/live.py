@@ -45,7 +45,8 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from ..kernelspec import PROVISIONER_NAME
-from ..policy import Policy, quantile
+from ..policy import POLICY_FIELDS, Policy, quantile
+from ..policy_overrides import overridden
 from .costs import CostModel
 from .simulator import Setting, simulate
 from .trace import Session, Trace
@@ -236,7 +237,8 @@ async def _policy(client: _Client, kernel_name: str | None) -> tuple[str, Policy
                               if name else "the server has no checkpointable kernelspec to replay with")
     server = await client.api("GET", "api/gpuckpt/policy")
     base = Policy(**{k: v for k, v in server.items() if k in Policy.__dataclass_fields__})
-    policy = base.override(specs["kernelspecs"][name]["spec"]["metadata"])
+    loosenable = server.get("user_overridable", POLICY_FIELDS)  # what the server lets a kernelspec loosen
+    policy = overridden(base, specs["kernelspecs"][name]["spec"]["metadata"], loosenable)[0]
     policy.exempt = name in server.get("exempt_kernelspecs", [])
     return name, policy, float(server["policy_interval"])
 

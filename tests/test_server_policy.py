@@ -29,18 +29,21 @@ async def _start_policy(serverapp) -> None:
 
 
 async def test_idle_kernel_is_suspended_and_busy_one_is_not(jp_fetch, jp_serverapp, tmp_path):
-    await _start_policy(jp_serverapp)
     idle = await start_kernel(jp_fetch)
     busy = await start_kernel(jp_fetch)
-    await run(jp_serverapp, idle, "x = 1")
     done = tmp_path / "done"
     client = jp_serverapp.kernel_manager.get_kernel(busy).client()
     client.start_channels()
     try:
         await client.wait_for_ready(timeout=30)
-        # busy until the test says so, however long the idle kernel's suspend takes
+        # busy until the test says so, however long the idle kernel's suspend takes; the policy
+        # starts once the cell runs, so a slow start of the cell is not idle time
         client.execute(f"import os, time\nwhile not os.path.exists({str(done)!r}): time.sleep(0.05)")
-        assert await _state_after(jp_fetch, idle, 30) == "suspended"
+        while (await api(jp_fetch, "kernels", busy))["execution_state"] != "busy":
+            await asyncio.sleep(0.1)
+        await run(jp_serverapp, idle, "x = 1")
+        await _start_policy(jp_serverapp)
+        assert await _state_after(jp_fetch, idle, 60) == "suspended"
         model = await api(jp_fetch, "kernels", busy)
         assert (model["state"], model["execution_state"]) == ("running", "busy")
         assert model["idle_seconds"] is not None

@@ -21,6 +21,7 @@ from server_fixtures import KERNEL_NAME
 
 from jupyter_gpuckpt.replay.formats import write_trace
 from jupyter_gpuckpt.replay.live import replay_live
+from jupyter_gpuckpt.replay.report import comparison
 from jupyter_gpuckpt.replay.trace import GB, Cell, Session, Trace
 
 SPEED = 60.0
@@ -75,7 +76,9 @@ async def _started(server: tuple[Any, str, str]) -> tuple[str, str]:
 
 async def test_live_replay_agrees_with_the_simulator(server: tuple[Any, str, str]) -> None:
     url, token = await _started(server)
-    rows = {row["source"]: row for row in await asyncio.to_thread(replay_live, url, token, TRACE, SPEED, KERNEL_NAME)}
+    found = await asyncio.to_thread(replay_live, url, token, TRACE, SPEED, KERNEL_NAME)
+    print(comparison(found))  # for the record: pytest -s shows it
+    rows = {row["source"]: row for row in found}
     measured, within = rows["measured"], rows["within"]
     report = json.dumps(rows, indent=1)
     assert (measured["cells_total"], measured["cells_waited"]) == (14, 4), report
@@ -93,7 +96,8 @@ async def test_the_cli_replays_live_and_writes_the_rows(server: tuple[Any, str, 
         "--json", str(tmp_path / "rows.json"), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode == 0, err.decode()
-    assert "live measured" in out.decode() and "live simulated" in out.decode()
+    header = out.decode().splitlines()[2].split()  # the comparison table, after the title line
+    assert header == ["FIGURE", "MEASURED", "SIMULATED", "DIFFERENCE", "TOLERANCE", "WITHIN"], out.decode()
     rows = {row["source"]: row for row in json.loads((tmp_path / "rows.json").read_text())}
     assert (rows["measured"]["cells_waited"], rows["measured"]["suspends"]) == (1, 1), rows
     assert all(rows["within"][key] for key in COMPARED), rows

@@ -57,7 +57,7 @@ def comparison(rows: Sequence[dict[str, Any]]) -> str:
     ``within``) side by side, one line per figure."""
     by_source = {row["source"]: row for row in rows}
     sources = [name for name in ("measured", "simulated", "difference", "tolerance", "within") if name in by_source]
-    figures = [key for key in by_source["within"] if key in by_source["tolerance"]]
+    figures = [key for key, held in by_source["within"].items() if isinstance(held, bool)]
     lines = [["FIGURE", *(name.upper() for name in sources)]]
     for key in figures:
         cells = [by_source[name].get(key) for name in sources]

@@ -377,15 +377,16 @@ class GPUCheckpointApp(ExtensionApp):
         past the host memory limit suspended."""
         decisions = await self.reclaimer.run_pass()
         await self._convert_parked_over_limit()
-        self._busy_is_activity(decisions)
+        self._busy_is_activity()
         return decisions
 
-    def _busy_is_activity(self, decisions: list[policy.Decision]) -> None:
+    def _busy_is_activity(self) -> None:
         """A cell that runs counts as the server's activity, though it prints nothing: the
         server's ``last_activity`` (which JupyterHub's idle culler reads) takes every
         ``*_last_activity`` web app setting into account."""
         assert self.serverapp is not None
-        if any(d.reason.startswith(policy.RUNNING_CELL) for d in decisions):
+        kernels = self.serverapp.kernel_manager
+        if any(getattr(kernels.get_kernel(k), "execution_state", None) == "busy" for k in kernels.list_kernel_ids()):
             self.serverapp.web_app.settings["gpuckpt_last_activity"] = datetime.now(timezone.utc)
 
     async def _convert_parked_over_limit(self) -> None:

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 RECLAIM_MODES = ("idle", "on_demand", "both")
-RUNNING_CELL = "kept: a cell runs"
 
 POLICY_FIELDS = ("idle_timeout", "cpu_idle_timeout", "gpu_utilization_threshold", "suspend_connected",
                  "checkpoint_interval", "keep_checkpoints", "exempt", "release_mode", "park_timeout", "reclaim",
@@ -220,7 +219,7 @@ def _kept(kernel: KernelView, policy: Policy) -> str | None:
     if not kernel.suspendable:
         return "kept: not a checkpointable kernel"
     if kernel.busy:
-        return RUNNING_CELL
+        return "kept: a cell runs"
     if kernel.gpu_utilization > policy.gpu_utilization_threshold:
         return f"kept: its GPU is busy ({kernel.gpu_utilization}%)"
     if not policy.suspend_connected and kernel.connections:

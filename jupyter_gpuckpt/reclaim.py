@@ -74,7 +74,7 @@ class Reclaimer:
         idle = model["idle_seconds"]
         warned = record.warned_at
         if warned is not None and idle is not None and now - idle > warned:
-            warned = record.warned_at = None  # used since the warning: the warning is void
+            warned = None  # used since the warning: the warning is void
         return policy.KernelView(
             kernel_id, model["state"], model["execution_state"] == "busy", idle, len(model["gpus"]),
             max((g["utilization"] for g in model["gpus"]), default=0), model["connections"] or 0,

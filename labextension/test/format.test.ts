@@ -20,28 +20,11 @@ import {
   writeFailed,
   writeFailedText
 } from '../src/format';
-import { IGpuckptEvent, IKernel, ITrans } from '../src/types';
-
-/** Like TranslationBundle.__ with the null translator: %1, %2... replaced. */
-const trans: ITrans = {
-  __: (msgid: string, ...args: any[]) =>
-    msgid.replace(/%(\d)/g, (_, i: string) => String(args[Number(i) - 1]))
-};
+import { IGpuckptEvent, IKernel } from '../src/types';
+import { kernelModel, trans } from './fixtures';
 
 function kernel(overrides: Partial<IKernel> = {}): IKernel {
-  return {
-    id: 'k1',
-    state: 'running',
-    progress: null,
-    idle_seconds: 30,
-    gpus: [],
-    last_checkpoint: null,
-    last_error: null,
-    notice: null,
-    suspendable: true,
-    received_at: 1_000_000,
-    ...overrides
-  };
+  return kernelModel({ received_at: 1_000_000, ...overrides });
 }
 
 test('formatBytes uses binary units like the server', () => {

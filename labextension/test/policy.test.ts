@@ -15,29 +15,13 @@ import {
   warningText
 } from '../src/policy';
 import { parseEvent } from '../src/reduce';
-import { IKernel, IPolicyDecision, ITrans } from '../src/types';
-
-const trans: ITrans = {
-  __: (msgid: string, ...args: any[]) =>
-    msgid.replace(/%(\d)/g, (_, i: string) => String(args[Number(i) - 1]))
-};
+import { IKernel, IPolicyDecision } from '../src/types';
+import { kernelModel, trans } from './fixtures';
 
 const NOW = 1_000_000;
 
 function kernel(overrides: Partial<IKernel> = {}): IKernel {
-  return {
-    id: 'k1',
-    state: 'running',
-    progress: null,
-    idle_seconds: 1680,
-    gpus: [],
-    last_checkpoint: null,
-    last_error: null,
-    notice: null,
-    suspendable: true,
-    received_at: NOW,
-    ...overrides
-  };
+  return kernelModel({ idle_seconds: 1680, received_at: NOW, ...overrides });
 }
 
 function decision(overrides: Partial<IPolicyDecision> = {}): IPolicyDecision {

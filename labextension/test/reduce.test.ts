@@ -13,6 +13,7 @@ import {
   SCHEMA_PREFIX
 } from '../src/reduce';
 import { IGpuckptEvent, IKernel, IRestoreReport } from '../src/types';
+import { kernelModel } from './fixtures';
 
 const gpu = {
   uuid: 'GPU-1',
@@ -23,19 +24,7 @@ const gpu = {
 };
 
 function kernel(overrides: Partial<IKernel> = {}): IKernel {
-  return {
-    id: 'k1',
-    state: 'running',
-    progress: null,
-    idle_seconds: 600,
-    gpus: [gpu],
-    last_checkpoint: null,
-    last_error: null,
-    notice: null,
-    suspendable: true,
-    received_at: 0,
-    ...overrides
-  };
+  return kernelModel({ idle_seconds: 600, gpus: [gpu], ...overrides });
 }
 
 /** An event as the server's /api/events/subscribe sends it. */

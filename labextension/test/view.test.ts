@@ -1,30 +1,18 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { IKernel, IRestoreReport, ITrans } from '../src/types';
+import { IKernel, IRestoreReport } from '../src/types';
 import { gpuView, kernelCardView } from '../src/view';
-
-const trans: ITrans = {
-  __: (msgid: string, ...args: any[]) =>
-    msgid.replace(/%(\d)/g, (_, i: string) => String(args[Number(i) - 1]))
-};
+import { kernelModel, trans } from './fixtures';
 
 const NOW = 1_000_000;
 const GiB = 1024 ** 3;
 
 function kernel(overrides: Partial<IKernel> = {}): IKernel {
-  return {
+  return kernelModel({
     id: 'abcdef0123456789',
-    state: 'running',
-    progress: null,
-    idle_seconds: 30,
-    gpus: [],
-    last_checkpoint: null,
-    last_error: null,
-    notice: null,
-    suspendable: true,
     received_at: NOW,
     ...overrides
-  };
+  });
 }
 
 function report(overrides: Partial<IRestoreReport> = {}): IRestoreReport {

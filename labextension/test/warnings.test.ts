@@ -1,17 +1,13 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { IKernel, IPolicyEvent, ITrans } from '../src/types';
+import { IKernel, IPolicyEvent } from '../src/types';
 import {
   IToaster,
   IToastOptions,
   PolicyWarnings,
   ToastType
 } from '../src/warnings';
-
-const trans: ITrans = {
-  __: (msgid: string, ...args: any[]) =>
-    msgid.replace(/%(\d)/g, (_, i: string) => String(args[Number(i) - 1]))
-};
+import { kernelModel, trans } from './fixtures';
 
 interface IToast {
   id: string;
@@ -74,19 +70,7 @@ class FakeToaster implements IToaster {
 }
 
 function kernel(overrides: Partial<IKernel> = {}): IKernel {
-  return {
-    id: 'k1',
-    state: 'running',
-    progress: null,
-    idle_seconds: 1680,
-    gpus: [],
-    last_checkpoint: null,
-    last_error: null,
-    notice: null,
-    suspendable: true,
-    received_at: 0,
-    ...overrides
-  };
+  return kernelModel({ idle_seconds: 1680, ...overrides });
 }
 
 function warn(kernelId = 'k1', dueIn = 120): IPolicyEvent {

@@ -25,7 +25,7 @@ from .ledger import Ledger
 from .lifecycle import State
 from .manager import CheckpointManager, Settings
 from .placement import GPUCheckpointProvisioner
-from .reclaim import Reclaimer, unix_group, user_name
+from .reclaim import Reclaimer, unix_group, unix_groups, user_name
 from .tasks import BackgroundTasks
 from .websocket import SuspendAwareConnection
 
@@ -75,7 +75,8 @@ class GPUCheckpointApp(ExtensionApp):
                              "is read from Slurm (kernel jobs carry their group), across every user's server.")
     user_groups = Dict(value_trait=Unicode(), config=True,
                        help="The group of each user for group_floors, e.g. {'alice': 'vision'}. Default: the "
-                            "user's primary Unix group. A kernelspec's metadata.gpuckpt.group wins over both.")
+                            "user's primary Unix group. A kernelspec's metadata.gpuckpt.group wins over both where the "
+                            "user is in that group (the mapped one, or one of their Unix groups).")
     gpu_utilization_threshold = Int(5, config=True,
                                     help="A kernel whose GPUs are busier than this (percent) is not idle.")
     suspend_connected = Bool(True, config=True, help="Whether kernels with open browser connections may be suspended.")
@@ -196,6 +197,7 @@ class GPUCheckpointApp(ExtensionApp):
                                          Ledger(Path(self.ledger_path)), self.emit, self.tasks)
         self.manager.on_moved.append(SuspendAwareConnection.kernel_moved)
         GPUCheckpointProvisioner.group = self.user_groups.get(user_name()) or unix_group()
+        GPUCheckpointProvisioner.member_of = frozenset({GPUCheckpointProvisioner.group, *unix_groups()})
         self.reclaimer = Reclaimer(self.manager, self.policy_for, self.group_floors, self.group_of, self.emit,
                                    self.log)
         events.register_schemas(self.serverapp)
@@ -314,13 +316,15 @@ class GPUCheckpointApp(ExtensionApp):
         ``metadata.gpuckpt`` may change (``user_overridable``); refusals are logged once."""
         km = self.manager.km(kernel_id)
         metadata = km.kernel_spec.metadata if km.kernel_spec else {}
-        effective, refused = policy_overrides.overridden(self.base_policy(), metadata, self.user_overridable)
+        effective, refused = policy_overrides.overridden(self.base_policy(), metadata, self.user_overridable,
+                                                         GPUCheckpointProvisioner.member_of)
         for setting, reason in refused.items():
             seen = (km.kernel_name, setting, reason)
             if seen not in self._refusals_logged:
                 self._refusals_logged.add(seen)
-                self.log.warning("gpuckpt: kernelspec %s may not set %s: %s; the server's value applies "
-                                 "(GPUCheckpointApp.user_overridable)", km.kernel_name, setting, reason)
+                applies = "" if setting == "group" else "; the server's value applies (GPUCheckpointApp.user_overridable)"
+                self.log.warning("gpuckpt: kernelspec %s may not set %s: %s%s", km.kernel_name, setting, reason,
+                                 applies)
         if kernel_id in self.exempt_kernels or km.kernel_name in self.exempt_kernelspecs:
             effective.exempt = True
         return effective
@@ -339,7 +343,8 @@ class GPUCheckpointApp(ExtensionApp):
             if km.kernel_spec is not None:
                 metadata.setdefault(km.kernel_name, km.kernel_spec.metadata)
         base = self.base_policy()
-        refusals = {name: policy_overrides.overridden(base, meta, self.user_overridable)[1]
+        refusals = {name: policy_overrides.overridden(base, meta, self.user_overridable,
+                                                      GPUCheckpointProvisioner.member_of)[1]
                     for name, meta in metadata.items()}
         return {name: refused for name, refused in sorted(refusals.items()) if refused}
 

@@ -75,15 +75,15 @@ def _typed(name: str, value: Any) -> Any:
     raise ValueError(f"{json.dumps(value, default=repr)} is not {wanted}")
 
 
-def overridden(admin: Policy, metadata: Mapping[str, Any],
-               loosenable: Collection[str] = POLICY_FIELDS) -> tuple[Policy, dict[str, str]]:
+def overridden(admin: Policy, metadata: Mapping[str, Any], loosenable: Collection[str] = POLICY_FIELDS,
+               member_of: Collection[str] | None = None) -> tuple[Policy, dict[str, str]]:
     """``admin``'s policy with a kernelspec's ``metadata["gpuckpt"]`` applied, and the
     settings refused, each with the reason.
 
     Each setting is judged alone against ``admin``: its value must have the setting's type
     and make a usable policy, and unless ``loosenable`` names the setting it must be at least
-    as tight as the admin's (:data:`TIGHTER`). Keys that are no policy setting (``group``) are
-    left to whoever reads them.
+    as tight as the admin's (:data:`TIGHTER`). The ``group`` it names (for the floors) must be
+    one the user is in, where ``member_of`` lists them; other keys are left to whoever reads them.
 
     .. versionadded:: 0.2
     """
@@ -109,4 +109,8 @@ def overridden(admin: Policy, metadata: Mapping[str, Any],
             updates[name] = getattr(candidate, name)
         else:
             refused[name] = problem
+    group = asked.get("group")
+    if group and member_of is not None and str(group) not in member_of:
+        refused["group"] = (f"{json.dumps(group)} is not a group of this user ({', '.join(sorted(member_of))}): "
+                            "the kernel counts in the user's own group")
     return replace(admin, **updates), refused

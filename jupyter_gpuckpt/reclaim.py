@@ -31,6 +31,17 @@ def unix_group() -> str:
         return str(os.getgid())
 
 
+def unix_groups() -> set[str]:
+    """Every Unix group the server's user is in: the groups a kernelspec may name."""
+    names = {unix_group()}
+    for gid in os.getgroups():
+        try:
+            names.add(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            names.add(str(gid))
+    return names
+
+
 def user_name() -> str:
     try:
         return pwd.getpwuid(os.getuid()).pw_name

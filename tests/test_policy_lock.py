@@ -22,6 +22,7 @@ from jupyter_gpuckpt.app import GPUCheckpointApp
 from jupyter_gpuckpt.kernelspec import kernelspec_json
 from jupyter_gpuckpt.policy import POLICY_FIELDS, KernelView, Policy, decide
 from jupyter_gpuckpt.policy_overrides import TIGHTER, overridden
+from jupyter_gpuckpt.reclaim import unix_group, unix_groups, user_name
 
 ADMIN = Policy(idle_timeout=1800.0, warn_before=60.0, checkpoint_interval=600.0)
 
@@ -91,6 +92,15 @@ def test_unusable_values_are_refused_even_where_allowed(asked, reason) -> None:
     assert refused == {next(iter(asked)): reason} and effective == ADMIN
 
 
+def test_a_kernelspec_may_name_only_a_group_of_the_user() -> None:
+    """A group's floor keeps its members' kernels: a kernelspec naming another group is refused."""
+    assert overridden(ADMIN, {"gpuckpt": {"group": "vision"}}, member_of={"vision", "staff"})[1] == {}
+    refused = overridden(ADMIN, {"gpuckpt": {"group": "physics"}}, member_of={"vision", "staff"})[1]
+    assert refused == {"group": '"physics" is not a group of this user (staff, vision): '
+                                "the kernel counts in the user's own group"}
+    assert overridden(ADMIN, {"gpuckpt": {"group": "physics"}})[1] == {}  # nobody's groups given: not judged
+
+
 def test_metadata_that_is_no_object_is_refused_whole() -> None:
     assert overridden(ADMIN, {"gpuckpt": [1]}) == (ADMIN, {"gpuckpt": "metadata.gpuckpt is not an object but list"})
     assert overridden(ADMIN, {}) == (ADMIN, {})
@@ -120,14 +130,16 @@ def test_user_overridable_names_policy_settings_only() -> None:
 # -- a real server ---------------------------------------------------------------------------
 
 LOOSE = "python3-gpuckpt-loose"
-"""Asks for no idle timeout at all: refused, the admin's 2 s applies."""
+"""Asks for no idle timeout at all, and another group's floor: both refused."""
 ALLOWED = "python3-gpuckpt-allowed"
-"""Asks to be exempt, which the admin allows (user_overridable)."""
+"""Asks to be exempt, which the admin allows (user_overridable), and to count in the user's Unix
+group rather than the one the admin mapped them to: theirs too, so allowed."""
 
 
 @pytest.fixture
 def jp_server_config(jp_server_config: Config, jp_data_dir: Path) -> Config:
-    for name, asked in ((LOOSE, {"idle_timeout": 0}), (ALLOWED, {"exempt": True, "warn_before": 0})):
+    for name, asked in ((LOOSE, {"idle_timeout": 0, "group": "physics"}),
+                        (ALLOWED, {"exempt": True, "warn_before": 0, "group": unix_group()})):
         spec = kernelspec_json(f"GPU checkpoint test ({name})")
         spec["metadata"]["gpuckpt"] = asked
         (jp_data_dir / "kernels" / name).mkdir(parents=True)
@@ -137,7 +149,8 @@ def jp_server_config(jp_server_config: Config, jp_data_dir: Path) -> Config:
 
 @pytest.fixture
 def gpuckpt_config() -> dict[str, Any]:
-    return {"idle_timeout": 2.0, "policy_interval": 0.5, "user_overridable": ["exempt"]}
+    return {"idle_timeout": 2.0, "policy_interval": 0.5, "user_overridable": ["exempt"],
+            "user_groups": {user_name(): "vision"}}
 
 
 async def _suspended_within(jp_fetch: Any, kernel_id: str, seconds: float) -> bool:
@@ -155,16 +168,21 @@ async def test_a_loosening_kernelspec_is_refused_and_an_allowed_one_applies(
     app.log.addHandler(caplog.handler)  # the app's logger does not propagate to the root one
     model = await api(jp_fetch, "policy")
     assert model["user_overridable"] == ["exempt"]
+    groups = ", ".join(sorted({"vision", *unix_groups()}))
     assert model["refused_overrides"] == {
-        LOOSE: {"idle_timeout": "0 is looser than the server's 2.0: a kernelspec may only set it lower (not to 0)"},
+        LOOSE: {"idle_timeout": "0 is looser than the server's 2.0: a kernelspec may only set it lower (not to 0)",
+                "group": f'"physics" is not a group of this user ({groups}): the kernel counts in the user\'s '
+                         "own group"},
         # warn_before 0 is tighter than the server's 60 s: not refused, and exempt is allowed
     }
+    assert model["group"] == "vision"
     await jp_serverapp.extension_manager.start_all_extensions()  # the policy loop
     loose = await start_kernel(jp_fetch, name=LOOSE)
     allowed = await start_kernel(jp_fetch, name=ALLOWED)
     plain = await start_kernel(jp_fetch, name=KERNEL_NAME)
     assert (app.policy_for(loose).idle_timeout, app.policy_for(loose).exempt) == (2.0, False)
     assert (app.policy_for(allowed).exempt, app.policy_for(allowed).warn_before) == (True, 0.0)
+    assert (app.group_of(loose), app.group_of(allowed), app.group_of(plain)) == ("vision", unix_group(), "vision")
 
     assert await _suspended_within(jp_fetch, loose, 30), "the admin's idle_timeout suspends it"
     assert await _suspended_within(jp_fetch, plain, 30)
@@ -172,7 +190,9 @@ async def test_a_loosening_kernelspec_is_refused_and_an_allowed_one_applies(
     assert kept["state"] == "running" and kept["policy"]["reason"] == "kept: exempt"
     app.log.removeHandler(caplog.handler)
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "may not" in r.getMessage()]
-    assert len(warnings) == 1 and f"kernelspec {LOOSE} may not set idle_timeout" in warnings[0], warnings
+    assert len(warnings) == 2, warnings
+    assert f"kernelspec {LOOSE} may not set idle_timeout" in warnings[0], warnings
+    assert f"kernelspec {LOOSE} may not set group" in warnings[1], warnings
 
 
 # -- the admin's command line beats the user's config files -----------------------------------

@@ -141,6 +141,9 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     group: ClassVar[str] = ""
     """The group the server's user counts in for the policy's floors, set by the extension as
     it starts (a Slurm kernel's job carries it, so every server can read what a group holds)."""
+    member_of: ClassVar[frozenset[str]] = frozenset()
+    """Every group the server's user is in (:attr:`group` and their Unix groups): the groups a
+    kernelspec may name, so that no user counts in another group's floor."""
     store_root: ClassVar[Path | None] = None
     """The server's checkpoint store, set by the extension as it starts: where a kernel that
     checkpoints itself (told to end by its placement) writes."""
@@ -216,11 +219,12 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
         raise ParkFailed("this kernel was never parked")
 
     def kernel_group(self) -> str:
-        """The kernel's group for the policy's floors: its kernelspec's ``metadata.gpuckpt.group``,
-        else the user's (:attr:`group`)."""
+        """The kernel's group for the policy's floors: its kernelspec's ``metadata.gpuckpt.group``
+        where the user is in that group (:attr:`member_of`), else the user's (:attr:`group`)."""
         spec = getattr(self.parent, "kernel_spec", None)
-        chosen = ((spec.metadata if spec else {}).get("gpuckpt") or {}).get("group")
-        return str(chosen) if chosen else self.group
+        asked = (spec.metadata if spec else {}).get("gpuckpt") or {}
+        chosen = asked.get("group") if isinstance(asked, dict) else None
+        return str(chosen) if chosen and str(chosen) in self.member_of else self.group
 
     @property
     @abc.abstractmethod

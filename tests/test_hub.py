@@ -3,6 +3,7 @@ user only their own, and an admin suspends and resumes a user's kernel through i
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,6 +13,10 @@ import pytest
 from hub_fixtures import ADMIN, USERS, Hub, running_hub
 
 from jupyter_gpuckpt.hub.access import reach
+from jupyter_gpuckpt.kernelspec import kernelspec_json
+
+LOOSE = "bobs-never-suspended"
+"""A kernelspec bob installs for himself, asking to be exempt from the admin's policy."""
 
 
 @dataclass
@@ -26,6 +31,10 @@ class Setup:
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
     base: Path = tmp_path_factory.mktemp("hub")
     with running_hub(base) as hub:
+        spec = kernelspec_json("Never suspended")
+        spec["metadata"]["gpuckpt"] = {"exempt": True}
+        (base / "users" / "bob" / "data" / "kernels" / LOOSE).mkdir(parents=True)
+        (base / "users" / "bob" / "data" / "kernels" / LOOSE / "kernel.json").write_text(json.dumps(spec))
         tokens = {user: hub.token(user) for user in (*USERS, ADMIN)}
         hub.start_servers(*USERS)
         kernels = {user: hub.start_kernel(user, tokens[user]) for user in USERS}
@@ -52,6 +61,10 @@ def test_admin_sees_every_users_kernels(setup: Setup) -> None:
     assert {"node", "gpus", "idle_seconds", "last_checkpoint", "notebook"} <= row.keys()
     for summary in view["users"]:
         assert summary["released_gpu_hours"] >= 0 and summary["kernels"] == 1
+    policies = {u["user"]: u["servers"][0]["policy"] for u in view["users"] if u["user"] in USERS}
+    assert policies["alice"]["refused_overrides"] == {} and policies["alice"]["user_overridable"] == []
+    assert policies["bob"]["refused_overrides"] == {
+        LOOSE: {"exempt": "true is looser than the server's false: a kernelspec may only set it to false"}}
 
 
 def test_user_sees_only_their_own(setup: Setup) -> None:
@@ -95,6 +108,10 @@ def test_page_lists_the_kernels(setup: Setup) -> None:
     html = page.body.decode()
     for user, kernel in setup.kernels.items():
         assert re.search(rf'data-kernel="{kernel}" data-user="{user}"', html)
+    refused = re.search(r'<tr data-user="bob" data-server="">(.*?)</tr>', html, re.S)
+    assert refused and f"{LOOSE}: exempt: true is looser" in refused.group(1)
+    buttons = re.search(rf'data-kernel="{setup.kernels["alice"]}".*?</tr>', html, re.S)
+    assert buttons and re.findall(r"<button[^>]*>(\w+)</button>", buttons.group(0)) == ["suspend"]  # it runs
     mine = setup.hub.request("GET", "services/gpuckpt/", setup.tokens["alice"]).body.decode()
     assert setup.kernels["alice"] in mine and setup.kernels["bob"] not in mine
 

@@ -30,6 +30,10 @@ from .hub_api import HubUser, UserServer
 KERNEL_FIELDS = ("id", "kernelspec", "state", "execution_state", "node", "placement", "gpus", "idle_seconds",
                  "last_activity", "last_checkpoint", "suspended_for", "parked_for", "last_error", "notice", "policy")
 """What a row keeps of a user server's kernel model (README's REST API)."""
+POLICY_FIELDS = ("reclaim", "idle_timeout", "cpu_idle_timeout", "rhythm", "warn_before", "group", "group_floors",
+                 "user_overridable", "refused_overrides", "suspend_on_stop")
+"""What a report keeps of a user server's ``/api/gpuckpt/policy``: whether the admin's policy
+holds there, and which of the user's kernelspec settings it refused."""
 RELEASED_SECONDS = "jupyter_gpuckpt_released_gpu_seconds"
 RELEASED_GPUS = "jupyter_gpuckpt_released_gpus"
 
@@ -42,6 +46,8 @@ class ServerReport:
     server: str
     url: str
     kernels: list[dict[str, Any]] = field(default_factory=list)
+    policy: dict[str, Any] = field(default_factory=dict)
+    """The server's policy as it applies it (:data:`POLICY_FIELDS`)."""
     released_gpu_seconds: float = 0.0
     """Since the service started, over all this server's processes (see the module's doc)."""
     released_gpus: float = 0.0
@@ -109,6 +115,7 @@ class KernelCollector:
                 code, kernels = await self._request(server, "api/gpuckpt/kernels")
                 if code == 404:
                     raise ServerUnavailable(f"{server.user}'s server does not run the jupyter_gpuckpt extension")
+                _, policy = await self._request(server, "api/gpuckpt/policy")
                 _, sessions = await self._request(server, "api/sessions")
                 _, metrics = await self._request(server, "metrics")
         except ServerUnavailable as e:
@@ -117,6 +124,7 @@ class KernelCollector:
         notebooks = {s["kernel"]["id"]: s.get("path") for s in json.loads(sessions or "[]") if s.get("kernel")}
         report.kernels = [{"user": server.user, "server": server.name, "notebook": notebooks.get(model["id"]),
                            **{key: model.get(key) for key in KERNEL_FIELDS}} for model in json.loads(kernels)]
+        report.policy = {key: value for key, value in json.loads(policy or "{}").items() if key in POLICY_FIELDS}
         counter, report.released_gpus = _figures(metrics)
         report.released_gpu_seconds = self._add_up((server.user, server.name), counter)
         return report

@@ -18,7 +18,7 @@ from jupyterhub.services.auth import HubOAuthCallbackHandler, HubOAuthenticated
 from tornado import web
 
 from .errors import Forbidden, HubServiceError, KernelNotFound, ServerUnavailable, UnknownUser, WrongState
-from .manager import ACTIONS, HubKernelsManager
+from .manager import ACTIONS, HubKernelsManager, actions_in
 from .metrics import exposition
 
 AUTH_RESOURCE = "custom:gpuckpt"
@@ -120,12 +120,13 @@ class KernelActionAPIHandler(APIHandler):
 
 
 class PageHandler(HubServiceHandler):
-    """The page: every kernel the caller may see, with suspend and resume buttons."""
+    """The page: every kernel the caller may see, with the buttons its state allows, and the
+    policy each server applies."""
 
     @web.authenticated
     async def get(self) -> None:
         view = await self.domain(lambda: self.manager.kernels(self.caller))
-        self.render("kernels.html", caller=self.caller, actions=ACTIONS, **view)
+        self.render("kernels.html", caller=self.caller, actions_in=actions_in, **view)
 
 
 class PageActionHandler(HubServiceHandler):

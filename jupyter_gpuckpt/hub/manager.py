@@ -14,6 +14,12 @@ from .errors import Forbidden, UnknownUser
 from .hub_api import HubAPI, HubUser
 
 ACTIONS = ("suspend", "resume")
+_ACTIONS_IN = {"running": ("suspend",), "parked": ("suspend", "resume"), "suspended": ("resume",)}
+
+
+def actions_in(state: str) -> tuple[str, ...]:
+    """The operations that make sense for a kernel in ``state`` (the page's buttons)."""
+    return _ACTIONS_IN.get(state, ())
 
 
 def _summary(user: str, reports: list[ServerReport]) -> dict[str, Any]:
@@ -24,7 +30,7 @@ def _summary(user: str, reports: list[ServerReport]) -> dict[str, Any]:
         "gpus_held": sum(len(k.get("gpus") or ()) for r in mine for k in r.kernels),
         "released_gpus": sum(r.released_gpus for r in mine),
         "released_gpu_hours": sum(r.released_gpu_seconds for r in mine) / 3600,
-        "servers": [{"server": r.server, "url": r.url, "error": r.error} for r in mine],
+        "servers": [{"server": r.server, "url": r.url, "error": r.error, "policy": r.policy} for r in mine],
     }
 
 

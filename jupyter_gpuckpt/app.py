@@ -322,7 +322,8 @@ class GPUCheckpointApp(ExtensionApp):
             seen = (km.kernel_name, setting, reason)
             if seen not in self._refusals_logged:
                 self._refusals_logged.add(seen)
-                applies = "" if setting == "group" else "; the server's value applies (GPUCheckpointApp.user_overridable)"
+                applies = "" if setting == "group" else \
+                    "; the server's value applies (GPUCheckpointApp.user_overridable)"
                 self.log.warning("gpuckpt: kernelspec %s may not set %s: %s%s", km.kernel_name, setting, reason,
                                  applies)
         if kernel_id in self.exempt_kernels or km.kernel_name in self.exempt_kernelspecs:

@@ -1,6 +1,8 @@
 """The hub service's page in a real browser, behind the hub's login: the admin signs in on
 the hub's login form, grants the service access (the hub's OAuth confirmation), and sees
-both users' kernels with their owners; alice, signed in the same way, sees only hers.
+both users' kernels with their owners; alice, signed in the same way, sees only hers. Then
+alice's JupyterLab behind the hub's proxy and base URL (``/user/alice/``): the extension's
+REST calls, its event stream and the kernel's websocket, holding a cell across a suspend.
 
 Debian's chromium driven by Playwright, as in test_lab_browser.py; a real JupyterHub from
 hub_fixtures.py. Screenshots land in ``tests/artifacts/hub_browser/`` (git-ignored).
@@ -8,6 +10,7 @@ hub_fixtures.py. Screenshots land in ``tests/artifacts/hub_browser/`` (git-ignor
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from collections.abc import Iterator
@@ -18,12 +21,23 @@ from typing import TYPE_CHECKING
 
 import pytest
 from hub_fixtures import ADMIN, PASSWORD, USERS, Hub, running_hub
-from test_lab_browser import CHROMIUM, CHROMIUM_ARGS, SKIP, chromium  # noqa: F401 (chromium: the autouse fixture)
+from test_lab_browser import (  # noqa: F401 (chromium: the autouse fixture)
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    SKIP,
+    STATUS,
+    TOGGLE,
+    chromium,
+    new_notebook,
+    run_cell,
+)
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
 
 ARTIFACTS = Path(__file__).parent / "artifacts" / "hub_browser"
+BUILT = Path(__file__).parent.parent / "jupyter_gpuckpt" / "labextension"
+"""The JupyterLab extension as ``jlpm build`` left it in this checkout."""
 pytestmark = pytest.mark.skipif(os.environ.get(SKIP) == "1", reason=f"{SKIP}=1: the browser tests are skipped on purpose")
 
 
@@ -36,7 +50,15 @@ class Setup:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
-    with running_hub(tmp_path_factory.mktemp("hub")) as hub:
+    base = tmp_path_factory.mktemp("hub")
+    with running_hub(base) as hub:
+        for user in USERS:  # JupyterLab with this checkout's extension, and no news pop-up
+            data, config = base / "users" / user / "data", base / "users" / user / "config"
+            (data / "labextensions").mkdir()
+            (data / "labextensions" / "jupyter-gpuckpt").symlink_to(BUILT, target_is_directory=True)
+            (config / "labconfig").mkdir()
+            (config / "labconfig" / "page_config.json").write_text(json.dumps(
+                {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
         hub.start_servers(*USERS)
         yield Setup(hub, {user: hub.start_kernel(user, hub.token(user)) for user in USERS})
 
@@ -113,3 +135,47 @@ def test_admin_sees_everyones_kernels_and_alice_only_hers(setup: Setup) -> None:
             assert setup.kernels["bob"] not in page.content()
             users = page.locator("#users tr[data-user]")
             assert [users.nth(i).get_attribute("data-user") for i in range(users.count())] == ["alice"]
+
+
+def test_jupyterlab_behind_the_hubs_proxy_suspends_and_resumes(setup: Setup) -> None:
+    """Everything under ``/user/alice/`` through configurable-http-proxy, signed in by the hub:
+    the toolbar's Suspend (REST), the status bar following the kernel (the event stream), and
+    the next cell held by the kernel's websocket until the kernel is back, with its state."""
+    from playwright.sync_api import expect
+
+    hub = setup.hub
+    with chromium_browser() as browser:
+        page = browser.new_page(viewport={"width": 1400, "height": 850})
+
+        def shot(name: str) -> None:
+            page.screenshot(path=str(ARTIFACTS / f"lab-{name}.png"))
+
+        try:
+            page.goto(f"{hub.url}user/alice/lab")
+            expect(page).to_have_url(re.compile(r"/hub/login\?next="))
+            page.locator("#username_input").fill("alice")
+            page.locator("#password_input").fill(PASSWORD)
+            page.locator("#login_submit").click()
+            expect(page).to_have_url(re.compile(rf"^{re.escape(hub.url)}user/alice/lab"), timeout=60_000)
+            new_notebook(page)
+            status = page.locator(STATUS)
+            run_cell(page, 0, "x = 41")
+            expect(page.locator(".jp-Notebook .jp-Cell .jp-InputPrompt").first).to_contain_text("[1]", timeout=60_000)
+            shot("01-running")
+
+            toggle = page.locator(TOGGLE)
+            expect(toggle).to_contain_text("Suspend", timeout=30_000)
+            toggle.click()
+            expect(status).to_have_attribute("data-state", "suspended", timeout=60_000)
+            expect(toggle).to_contain_text("Resume")
+            shot("02-suspended")
+            kernels = hub.request("GET", "user/alice/api/gpuckpt/kernels", hub.token("alice")).json()
+            assert [k["state"] for k in kernels if k["kernelspec"] == "python3-gpuckpt"].count("suspended") == 1
+
+            output = run_cell(page, 1, "x + 1")
+            expect(output.last).to_have_text("42", timeout=60_000)
+            expect(status).to_have_attribute("data-state", "running", timeout=30_000)
+            shot("03-resumed-42")
+        except Exception:
+            shot("failure")
+            raise

@@ -6,6 +6,7 @@ folder; nothing is downloaded while the tests run (CI installs jupyterhub and th
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -23,6 +24,9 @@ from typing import Any
 
 import pytest
 from live_server import JUPYTER, Server, jupyter_env
+from server_fixtures import ws_execute
+from tornado.httpclient import HTTPRequest
+from tornado.websocket import websocket_connect
 
 REPO = Path(__file__).resolve().parent.parent
 SKIP = "JUPYTER_GPUCKPT_SKIP_HUB"
@@ -117,10 +121,26 @@ class Hub:
         home = self.base / "users" / user
         return Server(f"{self.url}user/{user}/", jupyter_env(home), home / "root", home / "data", home / "runtime")
 
-    def start_kernel(self, user: str, token: str) -> str:
-        response = self.request("POST", f"user/{user}/api/kernels", token, {"name": KERNEL_NAME})
+    def start_kernel(self, user: str, token: str, name: str = KERNEL_NAME) -> str:
+        response = self.request("POST", f"user/{user}/api/kernels", token, {"name": name})
         assert response.code == 201, (response.code, response.body)
         return str(response.json()["id"])
+
+    def execute(self, user: str, token: str, kernel_id: str, code: str) -> tuple[dict[str, Any], str]:
+        """Run a cell as a notebook does, over the kernel's websocket through the proxy: the
+        execute reply, and what the cell printed."""
+        async def execute() -> tuple[dict[str, Any], list[dict[str, Any]]]:
+            url = self.url.replace("http", "ws", 1) + f"user/{user}/api/kernels/{kernel_id}/channels"
+            ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"}))
+            try:
+                return await ws_execute(ws, code)
+            finally:
+                ws.close()
+                while await asyncio.wait_for(ws.read_message(), 10) is not None:  # until closed: no socket left
+                    pass
+
+        reply, iopub = asyncio.run(execute())
+        return reply, "".join(m["content"]["text"] for m in iopub if m["msg_type"] == "stream")
 
     def wait_for_service(self) -> None:
         deadline = time.monotonic() + 60

@@ -16,9 +16,7 @@ from typing import Any
 
 import pytest
 from hub_fixtures import KERNEL_NAME, Hub, running_hub
-from server_fixtures import run, start_kernel, ws_execute
-from tornado.httpclient import HTTPRequest
-from tornado.websocket import websocket_connect
+from server_fixtures import run, start_kernel
 
 from jupyter_gpuckpt.app import GPUCheckpointApp
 
@@ -114,21 +112,10 @@ class Setup:
         assert model["state"] == "suspended" and model["last_checkpoint"]["durability"] == "durable", model
         sessions = {s["kernel"]["id"]: s["path"] for s in self.user_api(user, "GET", "sessions")}
         assert sessions == {kernel_id: "analysis.ipynb"}
-        reply, iopub = asyncio.run(self._execute(user, kernel_id, "print(x + 1)"))
+        reply, printed = self.hub.execute(user, self.tokens[user], kernel_id, "print(x + 1)")
         assert reply["content"]["status"] == "ok", reply["content"]
-        assert "".join(m["content"]["text"] for m in iopub if m["msg_type"] == "stream").strip() == "42"
+        assert printed.strip() == "42"
         assert self.kernel(user)["state"] == "running"
-
-    async def _execute(self, user: str, kernel_id: str, code: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        """Run a cell as the notebook does: over the kernel's websocket, through the proxy."""
-        url = self.hub.url.replace("http", "ws", 1) + f"user/{user}/api/kernels/{kernel_id}/channels"
-        ws = await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {self.tokens[user]}"}))
-        try:
-            return await ws_execute(ws, code)
-        finally:
-            ws.close()
-            while await asyncio.wait_for(ws.read_message(), 10) is not None:  # until closed: no socket left open
-                pass
 
 
 @pytest.fixture(scope="module")

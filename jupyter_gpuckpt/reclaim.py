@@ -154,6 +154,9 @@ class Reclaimer:
         record = self.manager.records.get(kernel_id)
         if record is None:
             return
+        if decision.action is None and record.state != State.RUNNING and \
+                (record.decision or {}).get("action") in ("suspend", "convert"):
+            return  # the model keeps why the policy suspended it, until it runs again
         record.decision = decision.to_json()
         try:
             if decision.action == "warn":

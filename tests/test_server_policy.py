@@ -44,6 +44,9 @@ async def test_idle_kernel_is_suspended_and_busy_one_is_not(jp_fetch, jp_servera
         await run(jp_serverapp, idle, "x = 1")
         await _start_policy(jp_serverapp)
         assert await _state_after(jp_fetch, idle, 60) == "suspended"
+        await asyncio.sleep(1.5)  # later passes leave the reason of the suspend on the model
+        why = (await api(jp_fetch, "kernels", idle))["policy"]
+        assert why["action"] == "suspend" and why["reason"].startswith("idle ") and "(timeout 2 s)" in why["reason"]
         model = await api(jp_fetch, "kernels", busy)
         assert (model["state"], model["execution_state"]) == ("running", "busy")
         assert model["idle_seconds"] is not None

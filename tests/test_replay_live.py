@@ -19,6 +19,7 @@ import pytest
 from live_server import JUPYTER
 from server_fixtures import KERNEL_NAME
 
+from jupyter_gpuckpt.gpus import GPUPool
 from jupyter_gpuckpt.replay.formats import write_trace
 from jupyter_gpuckpt.replay.live import replay_live
 from jupyter_gpuckpt.replay.report import comparison
@@ -67,6 +68,13 @@ def server(three_test_gpus: None, jp_fetch, jp_serverapp, jp_http_port, jp_base_
     return jp_serverapp, f"http://localhost:{jp_http_port}{jp_base_url}", jp_serverapp.identity_provider.token
 
 
+@pytest.fixture
+def gpu_server(jp_fetch, jp_serverapp, jp_http_port, jp_base_url) -> tuple[Any, str, str]:
+    """The server with the machine's own GPUs (NVML's), its URL and its token."""
+    GPUPool.clear_instance()
+    return jp_serverapp, f"http://localhost:{jp_http_port}{jp_base_url}", jp_serverapp.identity_provider.token
+
+
 async def _started(server: tuple[Any, str, str]) -> tuple[str, str]:
     """Start the server's policy loop (pytest-jupyter does not); its URL and token."""
     app, url, token = server
@@ -101,3 +109,23 @@ async def test_the_cli_replays_live_and_writes_the_rows(server: tuple[Any, str, 
     rows = {row["source"]: row for row in json.loads((tmp_path / "rows.json").read_text())}
     assert (rows["measured"]["cells_waited"], rows["measured"]["suspends"]) == (1, 1), rows
     assert all(rows["within"][key] for key in COMPARED), rows
+
+
+@pytest.mark.gpu
+async def test_live_replay_on_a_real_gpu_agrees_with_the_simulator(gpu_server: tuple[Any, str, str]) -> None:
+    """The same with CUDA memory: the cells hold their state in torch tensors on the GPU, which
+    each suspend writes and frees and each restore puts back (one session, two restores)."""
+    import torch
+
+    assert torch.cuda.is_available(), "the kernels' cells would hold numpy arrays, not CUDA memory"
+    gpus = GPUPool.instance().readings()
+    assert gpus and not gpus[0].uuid.startswith("GPU-test"), gpus
+    url, token = await _started(gpu_server)
+    one = Trace([_session("a", 0, [SHORT, LONG, SHORT, LONG], SHORT)], "live-gpu")
+    found = await asyncio.to_thread(replay_live, url, token, one, SPEED, KERNEL_NAME)
+    print(comparison(found))
+    rows = {row["source"]: row for row in found}
+    report = json.dumps(rows, indent=1)
+    assert (rows["measured"]["cells_total"], rows["measured"]["cells_waited"]) == (5, 2), report
+    assert rows["measured"]["sessions_lost"] == 0, report
+    assert all(rows["within"][key] for key in COMPARED), report

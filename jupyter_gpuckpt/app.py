@@ -55,14 +55,15 @@ class GPUCheckpointApp(ExtensionApp):
     demand_idle = Float(60.0, config=True, help="Seconds a kernel must be idle before it is suspended for a "
                                                 "waiting GPU request (reclaim 'on_demand' and 'both').")
     rhythm = Bool(False, config=True, help="Take each kernel's idle limit from its own pauses between cells: the "
-                                           "limit (from rhythm_min to idle_timeout) that would have cost its past "
-                                           "pauses least, counting the GPU-seconds held idle and rhythm_wait_cost "
-                                           "for each pause that would have ended in a wait, once it has made "
-                                           "rhythm_gaps pauses. A user who pauses 30 s to 3 min between cells keeps "
-                                           "the kernel through them and gives the GPU back within minutes of "
-                                           "leaving, instead of after one timeout for all. `jupyter gpuckpt replay` "
-                                           "shows the trade-off.")
-    rhythm_wait_cost = Float(400.0, config=True, help="See rhythm: how many idle GPU-seconds one cell kept "
+                                           "limit (from rhythm_min to idle_timeout) with the least expected cost per "
+                                           "pause, counting the GPU-seconds held idle and rhythm_wait_cost if the "
+                                           "pause outlasts it, under a model of its pauses (a typical pause with a "
+                                           "spread, and a share of breaks), once it has made rhythm_gaps pauses; "
+                                           "until then its user's recent pauses on this server. A user who pauses "
+                                           "30 s to 3 min between cells keeps the kernel through them and gives the "
+                                           "GPU back within minutes of leaving, instead of after one timeout for "
+                                           "all. `jupyter gpuckpt replay` shows the trade-off.")
+    rhythm_wait_cost = Float(350.0, config=True, help="See rhythm: how many idle GPU-seconds one cell kept "
                                                       "waiting for a restore is worth (lower: shorter limits).")
     rhythm_min = Float(30.0, config=True, help="See rhythm: the shortest idle limit it sets, in seconds.")
     rhythm_gaps = Int(3, config=True, help="See rhythm: pauses a kernel makes before its rhythm is used.")

@@ -12,8 +12,8 @@ suspended by policy, and checkpoint traffic never counts as activity.
 Reclaim modes:
 
 - ``idle``: suspend a kernel idle for ``idle_timeout`` (``cpu_idle_timeout`` for kernels
-  holding no GPU), or, with ``rhythm``, for the limit its own past pauses between cells say is
-  cheapest (:func:`rhythm_limit`);
+  holding no GPU), or, with ``rhythm``, for the limit its pauses between cells say is cheapest
+  (:func:`rhythm_limit`; its user's recent pauses until it has enough of its own);
 - ``on_demand``: suspend idle kernels only while GPU requests wait that their GPUs could
   serve, cheapest first (longest idle, least state to write, most GPUs freed), never more
   than the waiting requests need;
@@ -25,9 +25,8 @@ kernelspec may change of the server's policy: ``policy_overrides.py``.
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -64,10 +63,10 @@ class Policy:
     """Seconds idle before a kernel may be suspended for a waiting GPU request (on_demand, both)."""
     rhythm: bool = False
     """Take the idle limit from the kernel's own pauses between cells rather than one timeout."""
-    rhythm_wait_cost: float = 400.0
+    rhythm_wait_cost: float = 350.0
     """With ``rhythm``: idle GPU-seconds one cell kept waiting for a restore is worth. Each kernel's
-    limit is the one that would have cost its own past pauses least: GPU-seconds held idle plus
-    this for every pause that would have ended in a wait."""
+    limit is the one whose expected cost per pause is least under the model of its pauses
+    (:class:`Rhythm`): GPU-seconds held idle, plus this if the pause outlasts the limit."""
     rhythm_min: float = 30.0
     rhythm_gaps: int = 3
     """Pauses seen before the kernel's rhythm is trusted; until then the idle limit applies."""
@@ -111,6 +110,8 @@ class KernelView:
     parked_for: float | None = None
     checkpoint_age: float | None = None
     """Seconds since its last checkpoint; None: it has none."""
+    user_gaps: Sequence[float] = ()
+    """Its user's recent pauses over all their kernels: the rhythm until it has its own."""
 
 
 @dataclass
@@ -176,11 +177,15 @@ def idle_limit(policy: Policy, kernel: KernelView) -> tuple[float, str] | None:
     timeout = policy.idle_timeout if kernel.gpus or policy.cpu_idle_timeout < 0 else policy.cpu_idle_timeout
     if timeout <= 0:
         return None
-    if policy.rhythm and len(kernel.gaps) >= policy.rhythm_gaps:
-        limit, longer = rhythm_limit(sorted(kernel.gaps), max(1, kernel.gpus), policy.rhythm_wait_cost,
-                                     policy.rhythm_min, timeout)
-        if limit < timeout:
-            return limit, f"its rhythm: {longer} of its last {len(kernel.gaps)} pauses were longer"
+    if policy.rhythm:
+        own = len(kernel.gaps) >= policy.rhythm_gaps
+        pauses = kernel.gaps if own else kernel.user_gaps
+        if len(pauses) >= policy.rhythm_gaps:
+            limit, longer = rhythm_limit(pauses, max(1, kernel.gpus), policy.rhythm_wait_cost, policy.rhythm_min,
+                                         timeout)
+            if limit < timeout:
+                whose = "its rhythm" if own else "its user's rhythm"
+                return limit, f"{whose}: {longer} of the last {len(pauses)} pauses were longer"
     return timeout, f"timeout {duration(timeout)}"
 
 
@@ -189,27 +194,73 @@ LIMITS = (15.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0, 450.0, 600.0
 """The idle limits the rhythm chooses from (seconds), within ``rhythm_min`` and the timeout."""
 
 
+@dataclass(frozen=True)
+class Rhythm:
+    """A kernel's pauses between cells as a model: a typical pause with a spread (log-normal:
+    users think for about the same time between cells, longer now and then), and a share of
+    breaks (a meeting, lunch), longer than any idle limit.
+
+    Fitted on few pauses, a model holds up better than the pauses themselves: the limit that
+    would have suited the last few pauses exactly is a poor guess for the next ones.
+    """
+
+    typical: float
+    """The median pause, seconds."""
+    spread: float
+    """The standard deviation of the pauses' logarithm."""
+    breaks: float
+    """The share of pauses that are breaks."""
+
+    BREAK_SHARE = 0.05
+    """The share of breaks assumed before a kernel's pauses show their own, worth ``BREAK_WEIGHT`` pauses."""
+    BREAK_WEIGHT = 20
+    SPREAD_MIN = 0.2
+    """Pauses are never taken to be more regular than this (a few similar pauses prove little)."""
+    BREAK_AFTER = 3.0
+    """A pause longer than the typical one by this many spreads is a break."""
+
+    @classmethod
+    def of(cls, gaps: Sequence[float]) -> Rhythm:
+        """The model of these pauses (at least one): median and quartiles of their logarithms,
+        so that the breaks among them do not move the typical pause or its spread."""
+        logs = [math.log(max(g, 1.0)) for g in gaps]
+        middle = statistics.median(logs)
+        spread = cls.SPREAD_MIN
+        if len(logs) >= 2:
+            low, _, high = statistics.quantiles(logs, n=4, method="inclusive")
+            spread = max(spread, (high - low) / 1.349)  # the quartiles of a normal distribution are 1.349 sigma apart
+        long = sum(1 for x in logs if x > middle + cls.BREAK_AFTER * spread)
+        breaks = (long + cls.BREAK_SHARE * cls.BREAK_WEIGHT) / (len(logs) + cls.BREAK_WEIGHT)
+        return cls(math.exp(middle), spread, breaks)
+
+    def expected_cost(self, limit: float, gpus: int, wait_cost: float) -> float:
+        """One pause's expected cost under ``limit``: ``gpus`` times the seconds held idle (the
+        pause, or the limit if it is longer), plus ``wait_cost`` if the pause outlasts the limit."""
+        z = (math.log(limit) - math.log(self.typical)) / self.spread
+        outlasts = 1.0 - _normal_cdf(z)
+        held = self.typical * math.exp(self.spread ** 2 / 2) * _normal_cdf(z - self.spread) + limit * outlasts
+        pause = held * gpus + wait_cost * outlasts
+        return (1.0 - self.breaks) * pause + self.breaks * (limit * gpus + wait_cost)
+
+
+def _normal_cdf(x: float) -> float:
+    return 0.5 * (1.0 + math.erf(x / math.sqrt(2.0)))
+
+
 def rhythm_limit(gaps: Sequence[float], gpus: int, wait_cost: float, shortest: float,
                  timeout: float) -> tuple[float, int]:
-    """The idle limit that would have cost these past pauses (sorted) least, and how many of
-    them were longer than it.
+    """The idle limit with the least expected cost per pause under the model of these pauses
+    (:class:`Rhythm`), and how many of them were longer than it.
 
-    A limit L costs a pause g: ``min(g, L) * gpus`` GPU-seconds held idle, and ``wait_cost``
-    if g > L (the next cell waits for a restore). A user who pauses 30 s to 3 min between cells
-    keeps the kernel through those pauses and loses it within minutes of leaving; pauses that
-    cost more GPU-seconds to hold than a wait is worth are given up early. More GPUs make idling
-    dearer, so a shorter limit. Ties go to the shorter limit.
+    A user who pauses 30 s to 3 min between cells keeps the kernel through those pauses and
+    loses it within minutes of leaving; pauses that cost more GPU-seconds to hold than a wait is
+    worth are given up early. More GPUs make idling dearer, so a shorter limit. Ties go to the
+    shorter limit.
     """
-    held = list(itertools.accumulate(gaps, initial=0.0))
-    best: tuple[float, float, int] | None = None
-    for limit in [x for x in LIMITS if shortest <= x < timeout] + [timeout]:
-        shorter = bisect.bisect_right(gaps, limit)
-        longer = len(gaps) - shorter
-        cost = (held[shorter] + limit * longer) * gpus + wait_cost * longer
-        if best is None or cost < best[0] - 1e-9:
-            best = (cost, limit, longer)
-    assert best is not None
-    return best[1], best[2]
+    rhythm = Rhythm.of(gaps)
+    candidates = [x for x in LIMITS if shortest <= x < timeout] + [timeout]
+    limit = min(candidates, key=lambda x: (round(rhythm.expected_cost(x, gpus, wait_cost), 9), x))
+    return limit, sum(1 for g in gaps if g > limit)
 
 
 def _kept(kernel: KernelView, policy: Policy) -> str | None:

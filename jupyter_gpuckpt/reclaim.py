@@ -91,7 +91,8 @@ class Reclaimer:
             max((g["utilization"] for g in model["gpus"]), default=0), model["connections"] or 0,
             model["suspendable"], int((last or {}).get("bytes_total") or 0), self.group_of(kernel_id),
             provisioner.demand_pool if provisioner else "", tuple(self.manager.watcher.gaps.get(kernel_id, ())),
-            warned, model["parked_for"], None if last is None else now - last["time"])
+            warned, model["parked_for"], None if last is None else now - last["time"],
+            user_gaps=tuple(self.manager.watcher.user_gaps))
 
     async def demand(self, kernel_ids: list[str]) -> dict[str, policy.Demand]:
         """The GPU requests waiting in each pool that these kernels' GPUs could serve."""

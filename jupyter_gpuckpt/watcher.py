@@ -11,6 +11,9 @@ from jupyter_client.session import Session
 
 GAPS_KEPT = 50
 """Pauses kept per kernel: its recent rhythm, not its whole history."""
+USER_GAPS_KEPT = 20
+"""Pauses kept over all the server's kernels (its user's): their rhythm now, for a kernel that
+has not paused often enough to have its own."""
 
 
 class ExecutionWatcher:
@@ -21,6 +24,8 @@ class ExecutionWatcher:
         self.cells: dict[str, list[int]] = {}
         self.gaps: dict[str, deque[float]] = {}
         """Per kernel, the seconds between the end of a cell and the start of the next."""
+        self.user_gaps: deque[float] = deque(maxlen=USER_GAPS_KEPT)
+        """The same over every kernel of the server, the latest last."""
         self._streams: dict[str, Any] = {}
         self._cell_ended: dict[str, float] = {}
 
@@ -44,6 +49,7 @@ class ExecutionWatcher:
                 ended = self._cell_ended.get(kernel_id)
                 if ended is not None:
                     gaps.append(time.time() - ended)
+                    self.user_gaps.append(gaps[-1])
                 running.add(msg["parent_header"].get("msg_id", ""))
             elif kind == "status" and msg["parent_header"].get("msg_id") in running:
                 if session.unpack(msg["content"]).get("execution_state") == "idle":

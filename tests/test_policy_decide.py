@@ -4,9 +4,23 @@ and test_server_reclaim.py; the replay runs the same functions: test_replay.py."
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from jupyter_gpuckpt.policy import Decision, Demand, Floors, KernelView, Policy, decide, idle_limit, plan, rhythm_limit
+from jupyter_gpuckpt.policy import (
+    LIMITS,
+    Decision,
+    Demand,
+    Floors,
+    KernelView,
+    Policy,
+    Rhythm,
+    decide,
+    idle_limit,
+    plan,
+    rhythm_limit,
+)
 from jupyter_gpuckpt.policy_overrides import overridden
 
 NOW = 10_000.0
@@ -71,23 +85,61 @@ def test_the_rhythm_sets_each_kernels_limit_from_its_own_pauses():
     slow = _kernel(gaps=[150, 200, 120, 180, 160])
     # pauses of ten minutes: each costs more to hold than a 400 GPU-second wait: suspended early
     long = _kernel(gaps=[500, 600, 420, 550, 480])
-    assert idle_limit(policy, quick) == (30, "its rhythm: 1 of its last 6 pauses were longer")
-    assert idle_limit(policy, slow) == (240, "its rhythm: 0 of its last 5 pauses were longer")
-    assert idle_limit(policy, long) == (30, "its rhythm: 5 of its last 5 pauses were longer")
+    assert idle_limit(policy, quick) == (60, "its rhythm: 1 of the last 6 pauses were longer")
+    assert idle_limit(policy, slow) == (300, "its rhythm: 0 of the last 5 pauses were longer")
+    assert idle_limit(policy, long) == (30, "its rhythm: 5 of the last 5 pauses were longer")
     assert idle_limit(policy, _kernel(gaps=[20, 3000])) == (3600, "timeout 60 min")  # too few pauses yet
     # a kernel holding four GPUs costs four times as much to keep idle: a shorter limit
     four = _kernel(gaps=[100, 120, 90, 3000], gpus=4)
     one = _kernel(gaps=[100, 120, 90, 3000], gpus=1)
     assert idle_limit(policy, four)[0] < idle_limit(policy, one)[0]
-    assert decide(policy, _kernel(gaps=quick.gaps, idle_seconds=31.0), NOW).action == "suspend"
+    assert decide(policy, _kernel(gaps=quick.gaps, idle_seconds=61.0), NOW).action == "suspend"
     assert decide(policy, _kernel(gaps=slow.gaps, idle_seconds=200.0), NOW).action is None
 
 
-def test_the_rhythm_limit_is_the_cheapest_for_the_past_pauses():
-    # pauses 10, 10, 10, 1000 s, one GPU, a wait worth 100 GPU-seconds: 15 s costs 30 + 15 + 100
-    assert rhythm_limit([10.0, 10.0, 10.0, 1000.0], 1, 100.0, 15.0, 3600.0) == (15.0, 1)
-    # a wait worth more than the break's idle time: the shortest limit that holds every pause
-    assert rhythm_limit([10.0, 10.0, 10.0, 1000.0], 1, 5000.0, 15.0, 3600.0) == (1200.0, 0)
+def test_a_new_kernel_takes_its_users_rhythm_until_it_has_its_own():
+    policy = _policy(idle_timeout=3600, rhythm=True, rhythm_wait_cost=400, rhythm_min=30, rhythm_gaps=3)
+    users = [20.0, 30.0, 25.0, 22.0, 28.0, 3000.0]
+    assert idle_limit(policy, _kernel(gaps=[20], user_gaps=users)) == (
+        60, "its user's rhythm: 1 of the last 6 pauses were longer")
+    assert idle_limit(policy, _kernel(gaps=[150, 200, 120], user_gaps=users))[0] == 300  # its own, once it has them
+    assert idle_limit(policy, _kernel(gaps=[20], user_gaps=[20, 30])) == (3600, "timeout 60 min")
+
+
+def test_the_rhythm_model_of_pauses():
+    # the breaks do not move the typical pause or its spread; their share starts from 5% (worth 20 pauses)
+    rhythm = Rhythm.of([100.0] * 10 + [5000.0])
+    assert (round(rhythm.typical, 6), rhythm.spread) == (100.0, Rhythm.SPREAD_MIN)
+    assert rhythm.breaks == (1 + 0.05 * 20) / (11 + 20)
+    assert Rhythm.of([100.0] * 40).breaks == 0.05 * 20 / 60
+    spread = Rhythm.of([10.0, 100.0, 1000.0, 100.0, 100.0]).spread  # log quartiles (inclusive) ln 100 +- 0
+    assert spread == Rhythm.SPREAD_MIN
+    assert math.isclose(Rhythm.of([10.0, 10.0, 1000.0, 1000.0]).spread, (math.log(1000) - math.log(10)) / 1.349)
+
+
+def test_the_expected_cost_of_a_pause_by_hand():
+    steady = Rhythm(typical=100.0, spread=0.2, breaks=0.0)
+    # a limit far beyond every pause: hold the mean pause, 100 * e^(0.2^2 / 2), and never wait
+    assert math.isclose(steady.expected_cost(10_000.0, 2, 400.0), 2 * 100 * math.exp(0.02), rel_tol=1e-9)
+    # a limit far below: hold the limit, and always wait
+    assert math.isclose(steady.expected_cost(1.0, 2, 400.0), 2 * 1.0 + 400.0, rel_tol=1e-6)
+    # at the typical pause, half the pauses outlast the limit
+    assert math.isclose(steady.expected_cost(100.0, 1, 400.0) - steady.expected_cost(100.0, 1, 0.0), 200.0)
+    # a break costs the limit held and a wait, whatever the limit
+    breaks = Rhythm(typical=100.0, spread=0.2, breaks=0.25)
+    assert math.isclose(breaks.expected_cost(10_000.0, 1, 400.0),
+                        0.75 * 100 * math.exp(0.02) + 0.25 * (10_000.0 + 400.0), rel_tol=1e-9)
+
+
+def test_the_rhythm_limit_is_the_least_expected_cost():
+    gaps = [100.0, 110.0, 90.0, 105.0, 95.0]
+    limit, longer = rhythm_limit(gaps, 1, 400.0, 15.0, 3600.0)
+    rhythm = Rhythm.of(gaps)
+    costs = {x: rhythm.expected_cost(x, 1, 400.0) for x in LIMITS if x < 3600.0}
+    assert limit == min(costs, key=costs.get) and longer == 0
+    # a wait worth little: give up at once; worth much: hold every typical pause
+    assert rhythm_limit(gaps, 1, 1.0, 15.0, 3600.0) == (15.0, 5)
+    assert rhythm_limit(gaps, 1, 5000.0, 15.0, 3600.0)[0] >= 180.0
 
 
 def test_an_open_notebook_is_warned_before_the_suspend_and_keep_running_restarts_the_clock():

@@ -46,7 +46,7 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
     ("demand_idle", {}, [0, 30], [61]),
     ("rhythm", {}, [False, True], []),
     ("rhythm", {"rhythm": True}, [True], [False]),
-    ("rhythm_wait_cost", {}, [100.0, 400.0], [800.0]),
+    ("rhythm_wait_cost", {}, [100.0, 350.0], [400.0]),
     ("rhythm_min", {}, [30], [120]),
     ("rhythm_gaps", {}, [3], [10]),
     ("warn_before", {}, [0, 30], [600]),

@@ -97,3 +97,28 @@ async def test_periodic_checkpoints_follow_the_users_work(jp_fetch, jp_serverapp
     latest = (await api(jp_fetch, "kernels", kernel_id))["last_checkpoint"]
     assert latest["id"] != first["id"] and latest["last_cell"] > first["last_cell"]
     assert (await api(jp_fetch, "kernels", kernel_id))["state"] == "running"
+
+
+@pytest.mark.parametrize("gpuckpt_config", [{"idle_timeout": 3600.0, "policy_interval": 0.3, "rhythm": True,
+                                             "rhythm_gaps": 3, "warn_before": 0.0}])
+async def test_a_new_kernel_takes_its_users_rhythm_until_it_has_its_own(jp_fetch, jp_serverapp, gpuckpt_config):
+    """The server sees the pauses between cells on each kernel's IOPub, per kernel and over all
+    of them (the user's); a kernel with too few pauses of its own takes its user's."""
+    watcher = jp_serverapp.web_app.settings["gpuckpt_app"].manager.watcher
+    first = await start_kernel(jp_fetch)
+    for _ in range(4):  # four cells, three pauses
+        await run(jp_serverapp, first, "x = 1")
+        await asyncio.sleep(0.3)
+    assert len(watcher.gaps[first]) == 3 and all(0.2 < g < 30 for g in watcher.gaps[first]), watcher.gaps
+    second = await start_kernel(jp_fetch)
+    await run(jp_serverapp, second, "y = 2")
+    assert list(watcher.user_gaps) == list(watcher.gaps[first]) and len(watcher.gaps[second]) == 0
+    await _start_policy(jp_serverapp)
+    deadline = asyncio.get_running_loop().time() + 30
+    while not all([(await api(jp_fetch, "kernels", k))["policy"] for k in (first, second)]):
+        assert asyncio.get_running_loop().time() < deadline, "no policy pass"
+        await asyncio.sleep(0.2)
+    # pauses under a second: the shortest limit (rhythm_min, 30 s) holds them all
+    reasons = {k: (await api(jp_fetch, "kernels", k))["policy"]["reason"] for k in (first, second)}
+    assert reasons[first].endswith("of 30 s (its rhythm: 0 of the last 3 pauses were longer)"), reasons
+    assert reasons[second].endswith("of 30 s (its user's rhythm: 0 of the last 3 pauses were longer)"), reasons

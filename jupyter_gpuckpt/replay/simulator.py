@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .. import policy
-from ..watcher import GAPS_KEPT
+from ..watcher import GAPS_KEPT, USER_GAPS_KEPT
 from .costs import CostModel
 from .trace import GB, Session, Trace
 
@@ -103,10 +103,10 @@ class _Kernel:
     """One session's kernel as the simulation runs it."""
 
     __slots__ = ("index", "session", "gpus", "state", "shift", "next_cell", "busy_until", "last_end",
-                 "last_activity", "gaps", "state_bytes", "ran", "held_since", "released_at", "pending",
+                 "last_activity", "gaps", "user_gaps", "state_bytes", "ran", "held_since", "released_at", "pending",
                  "wait_start", "queued_at", "deadline_token", "warned_at", "stopped", "lost", "next_return", "small")
 
-    def __init__(self, index: int, session: Session) -> None:
+    def __init__(self, index: int, session: Session, user_gaps: deque[float]) -> None:
         self.index = index
         self.session = session
         self.gpus = session.gpus
@@ -120,6 +120,8 @@ class _Kernel:
         """When the last cell ended (or the kernel started): where the current pause began."""
         self.last_activity = session.start
         self.gaps: deque[float] = deque(maxlen=GAPS_KEPT)
+        self.user_gaps = user_gaps
+        """Its user's pauses over all their sessions, as their server keeps them."""
         self.state_bytes = 0
         self.ran = 0.0
         """Seconds of cells run: what a culled kernel re-runs."""
@@ -146,7 +148,10 @@ class _Simulation:
         self.gpus = gpus
         self.costs = costs
         self.free = gpus
-        self.kernels = [_Kernel(i, s) for i, s in enumerate(trace.sessions)]
+        users: dict[str, deque[float]] = {}  # a session of no named user is a user of its own
+        self.kernels = [_Kernel(i, s, users.setdefault(s.user or f"session {s.session_id}",
+                                                       deque(maxlen=USER_GAPS_KEPT)))
+                        for i, s in enumerate(trace.sessions)]
         self.events: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.queue: deque[_Kernel] = deque()
@@ -268,6 +273,7 @@ class _Simulation:
             return
         if k.next_cell > 0:
             k.gaps.append(max(0.0, now - k.last_end))
+            k.user_gaps.append(k.gaps[-1])
         k.last_activity = now
         k.deadline_token += 1
         if k.state == "running":
@@ -418,7 +424,8 @@ class _Simulation:
         busy = now < k.busy_until
         return policy.KernelView(
             str(k.index), k.state, busy, 0.0 if busy else now - k.last_activity, k.gpus, connections=1,
-            state_bytes=k.state_bytes, group=k.session.group, pool=POOL, gaps=k.gaps, warned_at=k.warned_at)
+            state_bytes=k.state_bytes, group=k.session.group, pool=POOL, gaps=k.gaps, warned_at=k.warned_at,
+            user_gaps=k.user_gaps)
 
     def _demand(self) -> Mapping[str, policy.Demand]:
         if not self.queue:

@@ -50,6 +50,9 @@ class Setup:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    for old in ARTIFACTS.glob("*.png"):  # this run's screenshots only
+        old.unlink()
     base = tmp_path_factory.mktemp("hub")
     with running_hub(base) as hub:
         for user in USERS:  # JupyterLab with this checkout's extension, and no news pop-up
@@ -69,9 +72,6 @@ def chromium_browser() -> Iterator[Browser]:
     must be closed before pytest-jupyter's loop fixture is torn down (so: no module fixture)."""
     from playwright.sync_api import sync_playwright
 
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    for old in ARTIFACTS.glob("*.png"):
-        old.unlink()
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:

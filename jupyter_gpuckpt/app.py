@@ -66,7 +66,9 @@ class GPUCheckpointApp(ExtensionApp):
     rhythm_wait_cost = Float(350.0, config=True, help="See rhythm: how many idle GPU-seconds one cell kept "
                                                       "waiting for a restore is worth (lower: shorter limits).")
     rhythm_min = Float(30.0, config=True, help="See rhythm: the shortest idle limit it sets, in seconds.")
-    rhythm_gaps = Int(3, config=True, help="See rhythm: pauses a kernel makes before its rhythm is used.")
+    rhythm_gaps = Int(3, min=1, config=True,
+                      help="See rhythm: pauses a kernel makes before its rhythm is used (at least 1; until then its "
+                           "user's last 20 pauses on the server, if as many).")
     warn_before = Float(60.0, config=True, help="Seconds of warning before the policy suspends a kernel whose "
                                                 "notebook is open (a JupyterLab notification with \"Keep "
                                                 "running\", and a policy event); 0 warns nobody.")

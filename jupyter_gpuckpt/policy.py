@@ -69,7 +69,8 @@ class Policy:
     (:class:`Rhythm`): GPU-seconds held idle, plus this if the pause outlasts the limit."""
     rhythm_min: float = 30.0
     rhythm_gaps: int = 3
-    """Pauses seen before the kernel's rhythm is trusted; until then the idle limit applies."""
+    """Pauses seen before the kernel's rhythm is trusted (at least 1); until then its user's
+    recent pauses, if as many, else the idle limit."""
     warn_before: float = 0.0
     """Seconds of warning before a policy suspend of a kernel with an open notebook; 0 none."""
 
@@ -79,6 +80,8 @@ class Policy:
             return f"reclaim must be one of {', '.join(RECLAIM_MODES)}, not {self.reclaim!r}"
         if self.rhythm_wait_cost < 0:
             return f"rhythm_wait_cost must not be negative, not {self.rhythm_wait_cost}"
+        if self.rhythm_gaps < 1:
+            return f"rhythm_gaps must be at least 1, not {self.rhythm_gaps}"
         return None
 
 
@@ -178,9 +181,10 @@ def idle_limit(policy: Policy, kernel: KernelView) -> tuple[float, str] | None:
     if timeout <= 0:
         return None
     if policy.rhythm:
-        own = len(kernel.gaps) >= policy.rhythm_gaps
+        enough = max(1, policy.rhythm_gaps)
+        own = len(kernel.gaps) >= enough
         pauses = kernel.gaps if own else kernel.user_gaps
-        if len(pauses) >= policy.rhythm_gaps:
+        if len(pauses) >= enough:
             limit, longer = rhythm_limit(pauses, max(1, kernel.gpus), policy.rhythm_wait_cost, policy.rhythm_min,
                                          timeout)
             if limit < timeout:
@@ -198,7 +202,7 @@ LIMITS = (15.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 240.0, 300.0, 450.0, 600.0
 class Rhythm:
     """A kernel's pauses between cells as a model: a typical pause with a spread (log-normal:
     users think for about the same time between cells, longer now and then), and a share of
-    breaks (a meeting, lunch), longer than any idle limit.
+    breaks (a meeting, lunch), which the limit is taken never to cover.
 
     Fitted on few pauses, a model holds up better than the pauses themselves: the limit that
     would have suited the last few pauses exactly is a poor guess for the next ones.
@@ -217,12 +221,13 @@ class Rhythm:
     SPREAD_MIN = 0.2
     """Pauses are never taken to be more regular than this (a few similar pauses prove little)."""
     BREAK_AFTER = 3.0
-    """A pause longer than the typical one by this many spreads is a break."""
+    """A pause longer than the typical one by this many spreads (on the log scale) counts as a break."""
 
     @classmethod
     def of(cls, gaps: Sequence[float]) -> Rhythm:
         """The model of these pauses (at least one): median and quartiles of their logarithms,
-        so that the breaks among them do not move the typical pause or its spread."""
+        which a few breaks among many pauses hardly move (among three, one break widens the
+        spread, and the limit is longer: the model is unsure yet)."""
         logs = [math.log(max(g, 1.0)) for g in gaps]
         middle = statistics.median(logs)
         spread = cls.SPREAD_MIN

@@ -111,6 +111,5 @@ def overridden(admin: Policy, metadata: Mapping[str, Any], loosenable: Collectio
             refused[name] = problem
     group = asked.get("group")
     if group and member_of is not None and str(group) not in member_of:
-        refused["group"] = (f"{json.dumps(group)} is not a group of this user ({', '.join(sorted(member_of))}): "
-                            "the kernel counts in the user's own group")
+        refused["group"] = f"{json.dumps(group)} is not a group of this user: the kernel counts in the user's own group"
     return replace(admin, **updates), refused

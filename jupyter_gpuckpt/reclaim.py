@@ -18,7 +18,7 @@ from typing import Any
 from . import activity, policy
 from .events import Emit
 from .gpus import GPU, GPUPool
-from .lifecycle import State
+from .lifecycle import AWAY, State
 from .manager import CheckpointManager
 from .placement import GPUCheckpointProvisioner
 
@@ -155,7 +155,7 @@ class Reclaimer:
         record = self.manager.records.get(kernel_id)
         if record is None:
             return
-        if decision.action is None and record.state != State.RUNNING and \
+        if decision.action is None and record.state in AWAY and \
                 (record.decision or {}).get("action") in ("suspend", "convert"):
             return  # the model keeps why the policy suspended it, until it runs again
         record.decision = decision.to_json()

@@ -106,6 +106,14 @@ def test_a_new_kernel_takes_its_users_rhythm_until_it_has_its_own():
     assert idle_limit(policy, _kernel(gaps=[20], user_gaps=[20, 30])) == (3600, "timeout 60 min")
 
 
+def test_no_pauses_never_make_a_rhythm():
+    """rhythm_gaps below 1 is refused (a kernelspec's too), and could not break a pass anyway."""
+    assert Policy(rhythm_gaps=0).problem() == "rhythm_gaps must be at least 1, not 0"
+    policy = _policy(idle_timeout=600, rhythm=True, rhythm_gaps=0)
+    assert idle_limit(policy, _kernel(gaps=[], user_gaps=[])) == (600, "timeout 10 min")
+    assert plan(lambda _: policy, [_kernel(gaps=[], idle_seconds=700.0)], {}, Floors(), NOW)[0].action == "suspend"
+
+
 def test_the_rhythm_model_of_pauses():
     # the breaks do not move the typical pause or its spread; their share starts from 5% (worth 20 pauses)
     rhythm = Rhythm.of([100.0] * 10 + [5000.0])
@@ -135,7 +143,7 @@ def test_the_rhythm_limit_is_the_least_expected_cost():
     gaps = [100.0, 110.0, 90.0, 105.0, 95.0]
     limit, longer = rhythm_limit(gaps, 1, 400.0, 15.0, 3600.0)
     rhythm = Rhythm.of(gaps)
-    costs = {x: rhythm.expected_cost(x, 1, 400.0) for x in LIMITS if x < 3600.0}
+    costs = {x: rhythm.expected_cost(x, 1, 400.0) for x in [*LIMITS, 3600.0] if 15.0 <= x <= 3600.0}
     assert limit == min(costs, key=costs.get) and longer == 0
     # a wait worth little: give up at once; worth much: hold every typical pause
     assert rhythm_limit(gaps, 1, 1.0, 15.0, 3600.0) == (15.0, 5)

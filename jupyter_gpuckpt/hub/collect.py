@@ -115,7 +115,6 @@ class KernelCollector:
                 code, kernels = await self._request(server, "api/gpuckpt/kernels")
                 if code == 404:
                     raise ServerUnavailable(f"{server.user}'s server does not run the jupyter_gpuckpt extension")
-                _, policy = await self._request(server, "api/gpuckpt/policy")
                 _, sessions = await self._request(server, "api/sessions")
                 _, metrics = await self._request(server, "metrics")
         except ServerUnavailable as e:
@@ -124,10 +123,20 @@ class KernelCollector:
         notebooks = {s["kernel"]["id"]: s.get("path") for s in json.loads(sessions or "[]") if s.get("kernel")}
         report.kernels = [{"user": server.user, "server": server.name, "notebook": notebooks.get(model["id"]),
                            **{key: model.get(key) for key in KERNEL_FIELDS}} for model in json.loads(kernels)]
-        report.policy = {key: value for key, value in json.loads(policy or "{}").items() if key in POLICY_FIELDS}
+        report.policy = await self._policy(server)
         counter, report.released_gpus = _figures(metrics)
         report.released_gpu_seconds = self._add_up((server.user, server.name), counter)
         return report
+
+    async def _policy(self, server: UserServer) -> dict[str, Any]:
+        """The server's policy, or nothing where it cannot be read: its kernels are listed anyway."""
+        try:
+            async with self._limit:
+                code, body = await self._request(server, "api/gpuckpt/policy")
+            found = json.loads(body) if code == 200 else {}
+        except (ServerUnavailable, ValueError):
+            return {}
+        return {key: value for key, value in found.items() if key in POLICY_FIELDS} if isinstance(found, dict) else {}
 
     def _add_up(self, key: tuple[str, str], counter: float | None) -> float:
         """The server's GPU-seconds over its processes: a counter below its last reading is a new process."""

@@ -14,7 +14,7 @@ from .errors import Forbidden, UnknownUser
 from .hub_api import HubAPI, HubUser
 
 ACTIONS = ("suspend", "resume")
-_ACTIONS_IN = {"running": ("suspend",), "parked": ("suspend", "resume"), "suspended": ("resume",)}
+_ACTIONS_IN = {"running": ("suspend",), "parked": ("resume",), "suspended": ("resume",)}
 
 
 def actions_in(state: str) -> tuple[str, ...]:

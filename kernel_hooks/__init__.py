@@ -2,14 +2,14 @@
 
 Load it in a kernel with ``%load_ext kernel_hooks`` (kernelspecs installed by
 ``jupyter gpuckpt install-kernelspec`` do this at start-up), then use ``%gpuckpt``. The
-server side calls it through a comm (:mod:`.ipython.server_calls`). This package imports
+server side calls it with messages of its own (:mod:`.ipython.server_calls`). This package imports
 nothing from ``jupyter_gpuckpt``; the store it writes to is ``gpuckpt_store``, shared with
 the server. Importing it loads nothing else: the names below are imported on first use, and
 numpy, torch, cupy or jax support only when the user's code has imported them.
 
 Parts: :mod:`.saving` and :mod:`.restoring` (the API), :mod:`.codecs` (pickling, array
 and tensor buffers), :mod:`.blobs` (chunked, hashed, parallel I/O), :mod:`.state` (session,
-cells, RNG, environment, devices), :mod:`.ipython` (magic and server calls).
+cells, RNG, libraries' settings, environment, devices), :mod:`.ipython` (magic and server calls).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def __getattr__(name: str) -> Any:
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """Called by ``%load_ext kernel_hooks``: register ``%gpuckpt`` and the server's comm,
+    """Called by ``%load_ext kernel_hooks``: register ``%gpuckpt`` and the server's calls,
     and checkpoint on SIGTERM where the server asked for it (:mod:`.preemption`)."""
     from .ipython.magics import CheckpointMagics
     from .ipython.server_calls import register
@@ -46,3 +46,4 @@ def load_ipython_extension(ipython: Any) -> None:
     ipython.register_magics(CheckpointMagics(ipython, current()))
     register(ipython)
     arm(ipython)
+

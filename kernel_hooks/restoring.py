@@ -4,7 +4,9 @@ Checks run cheapest first and all before anything is unpickled: the manifest's s
 and owner, the environment (Python and library versions), the GPUs, then every blob's
 hash as it is read. Buffers are read in parallel straight into their final memory (GPU
 memory through pinned staging), and only when everything has loaded is the namespace
-changed, so a failed restore leaves the kernel as it was and the checkpoint as it is.
+changed, so a failed restore leaves the kernel as it was and the checkpoint as it is. What
+the live objects rebuilt do to the process (open a widget's comm, configure a logger, start
+a pool) waits until then too (see :mod:`.codecs.live_objects`).
 
 An object that fails to rebuild (its class changed, or its module is gone) costs only the
 variables built from it: the pickle is read again, losing those (see
@@ -23,10 +25,10 @@ from gpuckpt_store import BufferRecord, CheckpointStore, RestoreError
 
 from .blobs import DEVICE_CHUNK_BYTES, BlobStore, ParallelIO
 from .blobs.buffers import BufferSource, Staging, host_memory
-from .codecs import pickling
+from .codecs import live_objects, pickling
 from .report import RestoreReport, SkippedVariable
-from .state import devices, environment, kernel_state, rng
-from .state.history import cells_assigning
+from .state import devices, environment, kernel_state, rng, settings
+from .state.lineage import cells_to_rebuild
 from .state.session import KernelSession, current
 
 ProgressCallback = Callable[[int, int], None]
@@ -155,33 +157,37 @@ def _module(kind: str) -> Any:
         raise RestoreError(f"the checkpoint holds {kind} data but {kind} cannot be imported: {e}") from e
 
 
-def _unpickle(data: Any, buffers: _Replayable) -> tuple[list[Any], dict[str | None, str]]:
-    """The ``(name, value)`` tuples and, for the variables lost, why: the C unpickler first
-    and, only if an object fails to rebuild, the isolating one, which loses just the
-    variables that depend on it.
+def _unpickle(data: Any, buffers: _Replayable
+              ) -> tuple[list[Any], dict[str | None, str], live_objects.Activations]:
+    """The ``(name, value)`` tuples, for the variables lost, why, and what the live objects
+    kept do once the restore commits: the C unpickler first and, only if an object fails to
+    rebuild, the isolating one, which loses just the variables that depend on it (the first
+    pass's objects are dropped, and so are their activations).
 
     If the isolating pass fails too (the pickle itself is at fault) or loses the RNG states,
     the first error is raised: nothing is restored, as when any other step fails.
     """
     try:
-        return pickling.load(data, buffers), {}
+        with live_objects.collecting() as activations:
+            return pickling.load(data, buffers), {}, activations
     except (RestoreError, OSError):  # a buffer could not be read: reading again cannot help
         raise
     except Exception as first:
         try:
-            variables, lost = pickling.load_isolated(data, buffers)
+            with live_objects.collecting() as activations:
+                variables, lost = pickling.load_isolated(data, buffers)
         except (RestoreError, OSError):
             raise
         except Exception:
             raise first from None
         if None in lost:
             raise first from None
-        return variables, lost
+        return variables, lost, activations
 
 
 def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | None = None, *,
                        progress: ProgressCallback | None = None,
-                       session: KernelSession | None = None) -> RestoreReport:
+                       session: KernelSession | None = None, comms_kept: bool = False) -> RestoreReport:
     """Restore checkpoint ``checkpoint_id`` into the kernel ``shell`` runs in.
 
     Parameters
@@ -196,6 +202,13 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
         ``progress(bytes_done, bytes_total)``, called from I/O threads.
     session
         The process's :class:`KernelSession`: it keeps the report, for ``%gpuckpt rebuild``.
+    comms_kept
+        Whether the notebook's page still holds the comms the checkpointed kernel had open (the
+        server says so after a resume, whose page never saw the kernel go; see
+        :data:`gpuckpt_store.protocol.COMMS_KEPT`): widgets then take their comms back without a
+        ``comm_open`` and send the page their state. False (a fresh kernel, a failover, whose page
+        dropped its widgets) opens them anew, which a page that kept them would take as second
+        models for the same ids.
 
     Returns
     -------
@@ -207,6 +220,9 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
     RestoreError
         With the reason (signature, versions, GPUs, a corrupt blob); the namespace and
         the checkpoint are untouched.
+
+    .. versionchanged:: 0.2
+       ``comms_kept``.
     """
     started = time.perf_counter()
     session = session or current()
@@ -231,7 +247,7 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
         for read in reads:
             read.result()
         _decode_early(buffers)
-        payload, lost = _unpickle(data, _Replayable(_when_read(buffers)))
+        payload, lost, activations = _unpickle(data, _Replayable(_when_read(buffers)))
         io.wait()
     except RestoreError:
         raise
@@ -244,11 +260,18 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
     finally:
         io.close()
 
-    *variables, (_, rng_states) = payload
+    *variables, (_, globals_) = payload
     shell.user_ns.update(variables)
-    rng.apply(rng_states)
     state = kernel_state.KernelState.from_json(manifest["kernel"])
     warnings += kernel_state.apply(shell, state)
+    # committed: the live objects may act on the process now that its working directory,
+    # sys.path and environment are back (a pool's workers start in them)
+    warnings += activations.run(live_objects.CommitContext(comms_kept=comms_kept))
+    # after sys.path is back (a backend may be the user's module); older checkpoints hold
+    # the RNG states alone (see saving._process_globals)
+    warnings += settings.apply(globals_.get("settings", ()))
+    warnings += [f"{what} was not saved: {why}" for what, why in globals_.get("settings_left_out", {}).items()]
+    rng.apply(globals_)  # last: applying settings may import a library that draws
     session.last_checkpoint = checkpoint_id
     skipped = [
         SkippedVariable(v["name"], v["type"], v["reason"], v["cells"])
@@ -270,7 +293,8 @@ def _lost(manifest: dict[str, Any], state: kernel_state.KernelState, reasons: di
     assigned them."""
     if not reasons:
         return []  # the usual case: no need to parse the history
-    cells = cells_assigning(state.history, [name for name in reasons if name is not None])
+    cells = cells_to_rebuild(state.history, [name for name in reasons if name is not None], available={
+        v["name"] for v in manifest["variables"] if v["status"] == "saved" and v["name"] not in reasons})
     return [
         SkippedVariable(v["name"], v["type"], f"could not be rebuilt: {reasons[v['name']]}", cells[v["name"]])
         for v in manifest["variables"] if v["status"] == "saved" and v["name"] in reasons

@@ -29,8 +29,8 @@ from .blobs.buffers import BufferSink
 from .codecs.arrays import OutOfBand
 from .codecs.pickling import NamespacePickler, Variable, probe
 from .report import SaveResult, SkippedVariable, error_text
-from .state import devices, environment, kernel_state, rng
-from .state.history import cells_assigning
+from .state import devices, environment, kernel_state, rng, settings
+from .state.lineage import cells_to_rebuild
 from .state.namespace import user_variables
 from .state.session import KernelSession, current
 
@@ -47,7 +47,7 @@ class _Pass:
     """One pickling pass over the variables, into a new pickle blob."""
 
     def __init__(self, store: CheckpointStore, sink: BufferSink, namespace: dict[str, Any],
-                 variables: dict[str, Any], rng_states: dict[str, Any]) -> None:
+                 variables: dict[str, Any], globals_: dict[str, Any]) -> None:
         self.out = OutOfBand(sink)
         self.stream = PickleStream(sink.writer, sink.io)
         self.starts: list[tuple[str | None, int]] = []
@@ -57,7 +57,7 @@ class _Pass:
         )
         self.sizes: dict[str, int] = {}
         payload = [Variable(name, value) for name, value in variables.items()]
-        payload.append(Variable(None, rng_states))
+        payload.append(Variable(None, globals_))
         self.payload = payload
 
     def run(self) -> None:
@@ -72,8 +72,20 @@ class _Pass:
                 self.sizes[spec.var] = self.sizes.get(spec.var, 0) + spec.nbytes
 
 
+def _process_globals() -> dict[str, Any]:
+    """The payload's last entry: what the process holds beside the variables.
+
+    The RNG states' dict (:func:`.rng.capture`), as before settings were saved, so hooks
+    that predate them still restore a newer checkpoint (without its settings), plus the
+    libraries' settings (``settings``, each value a pickle of its own) and those left out
+    (``settings_left_out``: what, why). Nothing in it imports a library when unpickled.
+    """
+    items, left_out = settings.capture()
+    return {**rng.capture(), "settings": items, "settings_left_out": left_out}
+
+
 def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[str, Any],
-                     variables: dict[str, Any], rng_states: dict[str, Any], total: list[int | None]
+                     variables: dict[str, Any], globals_: dict[str, Any], total: list[int | None]
                      ) -> tuple[_Pass, dict[str, str], list[BufferRecord], BufferRecord]:
     """Pickle ``variables``, leaving out those that cannot be pickled, and wait for the I/O.
 
@@ -85,7 +97,7 @@ def _write_namespace(store: CheckpointStore, sink: BufferSink, namespace: dict[s
     try:
         while True:
             todo = {k: v for k, v in variables.items() if k not in failures}
-            current = _Pass(store, sink, namespace, todo, rng_states)
+            current = _Pass(store, sink, namespace, todo, globals_)
             passes.append(current)
             try:
                 current.run()
@@ -163,7 +175,7 @@ def _save(shell: Any, store: CheckpointStore, journal: SaveJournal, session: Ker
     namespace = shell.user_ns
     variables = user_variables(namespace, shell.user_ns_hidden)
     state = kernel_state.capture(shell, session.baseline)
-    rng_states = rng.capture()
+    globals_ = _process_globals()
     blobs = BlobStore(store.blobs_dir)
     writer = BlobWriter(blobs, store.chunk_locations(), journal, limit=max_bytes)
     done = [0]
@@ -177,8 +189,8 @@ def _save(shell: Any, store: CheckpointStore, journal: SaveJournal, session: Ker
     io = ParallelIO(blobs.workers, on_bytes)
     try:
         done_pass, failures, records, pickle_record = _write_namespace(
-            store, BufferSink(writer, io), namespace, variables, rng_states, total)
-        cells = cells_assigning(state.history, failures)
+            store, BufferSink(writer, io), namespace, variables, globals_, total)
+        cells = cells_to_rebuild(state.history, failures, available=namespace.keys() - failures.keys())
         skipped = [SkippedVariable(n, _type_name(variables[n]), failures[n], cells[n]) for n in failures]
         checkpoint_id = store.new_id()
         out = done_pass.out

@@ -112,7 +112,7 @@ class OutOfBand:
         return False
 
     def reducers(self) -> dict[type, Callable[[Any], Reduction]]:
-        """Reducers for the array types of the libraries the kernel has imported."""
+        """Reducers for the array types, and the live objects, of the libraries the kernel has imported."""
         table: dict[type, Callable[[Any], Reduction]] = {Slot: self.reduce_slot}
         if "numpy" in sys.modules:
             from . import numpy_arrays
@@ -134,6 +134,11 @@ class OutOfBand:
             from . import arrow_arrays
 
             table.update(arrow_arrays.reducers(self))
+        # Live objects (locks, loggers, executors, DataLoaders, widgets, bokeh models),
+        # rebuilt as working objects on restore; see .live_objects.
+        from . import live_objects
+
+        table.update(live_objects.reducers())
         return table
 
 

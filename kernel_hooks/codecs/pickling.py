@@ -5,7 +5,8 @@ classes defined in the notebook by value) in three ways:
 
 * array and tensor data goes out of band (see :mod:`.arrays`);
 * functions defined in the notebook get the restoring kernel's namespace as their
-  globals, so after restore they see (and change) the user's variables, as before;
+  globals, so after restore they see (and change) the user's variables, as before, and
+  bring the source of the cells that defined them, for tracebacks;
 * each variable is wrapped in a :class:`Variable` marker, so the pickler knows which
   variable it is in: that attributes buffers and bytes to variables, and names the
   variable that made pickling fail.
@@ -21,6 +22,7 @@ import contextlib
 import copyreg
 import gc
 import io
+import linecache
 import pickle
 import sys
 import types
@@ -32,6 +34,7 @@ import cloudpickle
 
 from . import isolation
 from .arrays import OutOfBand
+from .live_objects import on_commit
 
 
 @contextlib.contextmanager
@@ -72,8 +75,35 @@ def _target_namespace() -> dict[str, Any]:
     return shell.user_ns if shell is not None else sys.modules["__main__"].__dict__
 
 
-def _make_function(code: types.CodeType, name: str,
-                   cells: tuple[types.CellType, ...] | None) -> types.FunctionType:
+Source = tuple[str, list[str] | None]
+"""Where a notebook function's code was compiled from (a cell's file name), and that file's
+lines if ``linecache`` had them."""
+
+
+def _cache_source(filename: str, lines: list[str]) -> None:
+    """Give ``linecache`` a notebook file's lines as IPython does for each cell it runs (no
+    modification time: ``checkcache`` keeps the entry), unless it has that file already."""
+    linecache.cache.setdefault(filename, (sum(map(len, lines)), None, lines, filename))
+
+
+def _located(code: types.CodeType, filename: str) -> types.CodeType:
+    """``code``, and the code it holds (nested functions, lambdas, comprehensions), compiled
+    from ``filename``: cloudpickle names every code object it pickles ``<dynamic-code>``, so
+    that the pickle does not depend on where a function was defined."""
+    consts = tuple(_located(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    return code.replace(co_filename=filename, co_consts=consts)
+
+
+def _make_function(code: types.CodeType, name: str, cells: tuple[types.CellType, ...] | None,
+                   source: Source | None = None) -> types.FunctionType:
+    """A notebook function in this kernel's namespace, its code back under its file (None: a
+    checkpoint saved before functions carried it), whose lines ``linecache`` gets once the
+    restore commits (see :func:`.live_objects.on_commit`)."""
+    if source is not None:
+        filename, lines = source
+        code = _located(code, filename)
+        if lines is not None:
+            on_commit(f"the source of {filename}", lambda: _cache_source(filename, lines))
     return types.FunctionType(code, _target_namespace(), name, None, cells)
 
 
@@ -102,9 +132,14 @@ def _reduce_notebook_function(func: types.FunctionType) -> Any:
         "__doc__": func.__doc__, "__annotations__": func.__annotations__,
     }
     cells = tuple(types.CellType() for _ in closure) if func.__closure__ is not None else None
+    # Its file, and the lines of the cell that defined it: the restoring kernel's linecache does
+    # not have the saving kernel's cells, and a traceback through it showed no source.
+    # linecache gives one list per file, which the pickle then holds once.
+    filename = func.__code__.co_filename
+    source: Source = (filename, linecache.getlines(filename) or None)
     # Empty cells now, filled by the state setter: that breaks cycles such as a
     # recursive closure, whose cell holds the function itself.
-    return _make_function, (func.__code__, func.__name__, cells), state, None, None, _set_function_state
+    return _make_function, (func.__code__, func.__name__, cells, source), state, None, None, _set_function_state
 
 
 _UNSEEN = object()

@@ -7,6 +7,8 @@ from typing import Any
 
 from gpuckpt_store import human_bytes
 
+from .state.cell_effects import KINDS
+
 
 def error_text(error: BaseException) -> str:
     """An exception as a reason the user reads: its type and message, cut to 200 characters."""
@@ -24,8 +26,9 @@ def _cells(cells: list[int]) -> str:
 
 @dataclass
 class SkippedVariable:
-    """A variable left out of a checkpoint or of a restore, why, and the cells that
-    assigned it."""
+    """A variable left out of a checkpoint or of a restore, why, and the cells that rebuild
+    it: the last that assigned it and those that make what that one reads and the checkpoint
+    lacks (:func:`kernel_hooks.state.lineage.cells_to_rebuild`)."""
 
     name: str
     type: str
@@ -107,10 +110,99 @@ class RestoreReport:
 
 
 @dataclass
+class CellEffect:
+    """Something re-running a cell does beyond binding names.
+
+    .. versionadded:: 0.2
+    """
+
+    kind: str
+    """A key of :data:`kernel_hooks.state.cell_effects.KINDS`: ``rng``, ``files``,
+    ``network``, ``processes`` or ``in_place``."""
+    what: str
+    """The call or assignment: ``torch.manual_seed``, ``model.fit(...)``."""
+
+
+@dataclass
+class PlannedCell:
+    """One cell a rebuild re-runs, and why.
+
+    .. versionadded:: 0.2
+    """
+
+    cell: int
+    rebuilds: list[str]
+    """The missing variables it assigns."""
+    feeds: list[str] = field(default_factory=list)
+    """Names it makes for later cells of the plan that the namespace lacks (removed after)."""
+    reassigns: list[str] = field(default_factory=list)
+    """Names in the namespace it assigns again: they keep their restored objects (unless kept)."""
+    made_from: dict[str, list[str]] = field(default_factory=dict)
+    """Rebuilt names it makes from names it re-assigns first: they may hold the cell's new
+    objects, which are discarded, not the restored ones."""
+    effects: list[CellEffect] = field(default_factory=list)
+    unbound: list[str] = field(default_factory=list)
+    """Names it reads that neither the namespace nor an earlier cell has: it will fail."""
+
+    def lines(self, keep: bool) -> list[str]:
+        what = [", ".join(self.rebuilds)] if self.rebuilds else []
+        if self.feeds:
+            what.append(f"{', '.join(self.feeds)}, for the cells after it (removed afterwards)")
+        lines = [f"  cell {self.cell}: {'; '.join(what)}"]
+        if self.reassigns:
+            fate = "replaced by the cell's new ones (--keep)" if keep else "kept as restored"
+            lines.append(f"    also assigns {', '.join(self.reassigns)}: {fate}")
+        lines += [f"    {name} is made from the new {', '.join(sources)} of this cell, not the restored one"
+                  for name, sources in self.made_from.items() if not keep]
+        lines += [f"    {KINDS[e.kind]}: {e.what}" for e in self.effects]
+        if self.unbound:
+            lines.append(f"    reads {', '.join(self.unbound)}, which nothing defines: it will fail")
+        return lines
+
+
+@dataclass
+class RebuildPlan:
+    """The fewest recorded cells that rebuild what the last restore left out, and what
+    running them does: told before they run.
+
+    .. versionadded:: 0.2
+    """
+
+    names: list[str]
+    """The variables to rebuild: left out and not in the namespace now."""
+    cells: list[PlannedCell] = field(default_factory=list)
+    """In the order they run (their execution counts)."""
+    needs: dict[str, list[int]] = field(default_factory=dict)
+    """The cells each name needs."""
+    unresolved: list[str] = field(default_factory=list)
+    """Names no recorded cell assigns."""
+
+    @property
+    def numbers(self) -> list[int]:
+        return [c.cell for c in self.cells]
+
+    def text(self, keep: bool = False) -> str:
+        if not self.cells:
+            return ""
+        lines = [f"Rebuilding {', '.join(n for n in self.names if n not in self.unresolved)}: "
+                 f"re-running {_cells(self.numbers)}."]
+        for cell in self.cells:
+            lines += cell.lines(keep)
+        if any(e.kind == "rng" for c in self.cells for e in c.effects):
+            lines.append("The random number generators are put back as restored afterwards.")
+        if self.unresolved:
+            lines.append(f"No recorded cell assigns {', '.join(self.unresolved)}.")
+        return "\n".join(lines)
+
+
+@dataclass
 class RebuildResult:
     """The outcome of :func:`kernel_hooks.rebuilding.rebuild`.
 
     .. versionadded:: 0.1
+    .. versionchanged:: 0.2
+       A restored variable a cell assigns again keeps its restored object (``discarded``)
+       unless asked (``kept``); names the checkpoint did not have are removed again.
     """
 
     checkpoint: str | None
@@ -123,6 +215,18 @@ class RebuildResult:
     """Those still absent."""
     failed: dict[str, Any] | None = None
     """``{"cell": n, "error": "..."}`` for the cell that failed and stopped the rebuild."""
+    plan: RebuildPlan | None = None
+    dry_run: bool = False
+    """Only planned: nothing ran."""
+    discarded: dict[str, int] = field(default_factory=dict)
+    """Names in the namespace that a cell assigned again, given their objects back, with the cell."""
+    kept: dict[str, int] = field(default_factory=dict)
+    """Those that keep what the cell assigned instead, as asked (``keep``)."""
+    removed: list[str] = field(default_factory=list)
+    """Names the cells made that the namespace did not have, removed again."""
+    rng_restored: bool = False
+    """The cells changed the random number generators' states, which were put back."""
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {**asdict(self), "text": self.summary()}
@@ -131,15 +235,41 @@ class RebuildResult:
         """One line for the user."""
         if self.checkpoint is None:
             return "Nothing to rebuild: no checkpoint was restored in this kernel."
+        if self.dry_run:
+            return (self.plan.text() if self.plan else "") or self._nothing()
         if self.failed is not None:
             ran = f"Re-ran {_cells(self.cells)}. " if self.cells else ""
-            return (f"{ran}Cell {self.failed['cell']} failed while rebuilding: {self.failed['error']}; "
+            text = (f"{ran}Cell {self.failed['cell']} failed while rebuilding: {self.failed['error']}; "
                     "stopped, later cells were not run.")
-        if not self.cells:
-            if self.missing:
-                return f"No recorded cell assigns {', '.join(self.missing)}; nothing was re-run."
-            return f"Nothing left to rebuild from checkpoint {self.checkpoint}."
-        text = f"Re-ran {_cells(self.cells)}"
-        if self.names:
-            text += f": {', '.join(self.names)} {'is' if len(self.names) == 1 else 'are'} back"
-        return f"{text}." + (f" Still missing: {', '.join(self.missing)}." if self.missing else "")
+        elif not self.cells:
+            return self._nothing()
+        else:
+            text = f"Re-ran {_cells(self.cells)}"
+            if self.names:
+                text += f": {', '.join(self.names)} {'is' if len(self.names) == 1 else 'are'} back"
+            text += "." + (f" Still missing: {', '.join(self.missing)}." if self.missing else "")
+        return " ".join([text, *self._aftermath(), *(f"Warning: {w}" for w in self.warnings)])
+
+    def _nothing(self) -> str:
+        if self.missing:
+            return f"No recorded cell assigns {', '.join(self.missing)}; nothing was re-run."
+        return f"Nothing left to rebuild from checkpoint {self.checkpoint}."
+
+    def _aftermath(self) -> list[str]:
+        said = []
+        if self.discarded:
+            them = "it" if len(self.discarded) == 1 else "them"
+            said.append(f"Kept the restored {', '.join(self.discarded)}: what {_by(self.discarded)} assigned "
+                        f"to {them} was discarded.")
+        if self.kept:
+            said.append(f"Replaced the restored {', '.join(self.kept)} with what {_by(self.kept)} assigned, "
+                        "as asked.")
+        if self.removed:
+            said.append(f"Removed {', '.join(self.removed)}, which the checkpoint did not have.")
+        if self.rng_restored:
+            said.append("Put the random number generators back as restored.")
+        return said
+
+
+def _by(cells: dict[str, int]) -> str:
+    return _cells(sorted(set(cells.values())))

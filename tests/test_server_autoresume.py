@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 from server_fixtures import api, run, start_kernel, ws_execute
+from tornado.httpclient import HTTPClientError
 
 from jupyter_gpuckpt.websocket import SuspendAwareConnection
 
@@ -77,3 +78,19 @@ async def test_rebuild_through_the_api(jp_fetch, jp_serverapp):
     assert model["rebuilt"]["cells"] == [1] and model["rebuilt"]["names"] == ["rows"]
     assert model["report"]["rebuilt"] == model["rebuilt"]
     assert (await run(jp_serverapp, kernel_id, "print(next(rows))")).strip() == "0"
+
+
+async def test_rebuild_through_the_api_keeps_restored_names_unless_asked(jp_fetch, jp_serverapp):
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, "count = 1")
+    await run(jp_serverapp, kernel_id, "count = 10\nrows = (i for i in range(3))")
+    await run(jp_serverapp, kernel_id, "count += 1")
+    with pytest.raises(HTTPClientError) as refused:
+        await api(jp_fetch, "kernels", kernel_id, "checkpoint", method="POST", wait="1", keep="1")
+    assert refused.value.code == 400
+    await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    planned = await api(jp_fetch, "kernels", kernel_id, "rebuild", method="POST", wait="1", keep="1")
+    assert planned["rebuilt"]["cells"] == [2] and planned["rebuilt"]["kept"] == {"count": 2}
+    assert [cell["reassigns"] for cell in planned["report"]["rebuild_plan"]["cells"]] == [["count"]]
+    assert (await run(jp_serverapp, kernel_id, "print(count, next(rows))")).split() == ["10", "0"]

@@ -1,7 +1,8 @@
 """The ``%gpuckpt`` line magic (contract): ``save``, ``restore ID``, ``list`` and ``rebuild``.
 
 ``save`` prints the new checkpoint id on its last line; ``restore`` prints the report;
-``rebuild`` re-runs the cells that assigned what the last restore left out, and says which.
+``rebuild`` re-runs the fewest cells that rebuild what the last restore left out: it prints
+the plan (and what the cells do beyond their names) first, then what it kept and why.
 Errors are shown as one clear line (no traceback) and fail the cell.
 """
 
@@ -24,7 +25,7 @@ from ..restoring import restore_checkpoint
 from ..saving import save_checkpoint
 from ..state.session import KernelSession
 
-USAGE = "usage: %gpuckpt save | restore ID | list | rebuild [--store DIR]"
+USAGE = "usage: %gpuckpt save | restore ID | list [--store DIR] | rebuild [--keep] [--dry-run]"
 
 
 class _ProgressLine:
@@ -68,11 +69,15 @@ def _parser() -> argparse.ArgumentParser:
     for name, helptext in (("save", "checkpoint this kernel; prints the new id last"),
                            ("restore", "restore a checkpoint into this kernel"),
                            ("list", "list checkpoints"),
-                           ("rebuild", "re-run the cells that assigned what the last restore left out")):
+                           ("rebuild", "re-run the fewest cells that rebuild what the last restore left out")):
         command = commands.add_parser(name, help=helptext, add_help=False)
         if name == "restore":
             command.add_argument("id", help="checkpoint id")
-        if name != "rebuild":
+        if name == "rebuild":
+            command.add_argument("--keep", action="store_true",
+                                 help="restored names keep what the cells assign to them (default: discarded)")
+            command.add_argument("--dry-run", action="store_true", help="print the plan only")
+        else:
             command.add_argument("--store", help="store folder (default: your Jupyter data dir)")
     return parser
 
@@ -88,10 +93,12 @@ class CheckpointMagics(Magics):
 
     @line_magic
     def gpuckpt(self, line: str) -> None:
-        """%gpuckpt save | restore ID | list | rebuild [--store DIR]: checkpoint this kernel's state."""
+        """%gpuckpt save | restore ID | list [--store DIR] | rebuild [--keep] [--dry-run]: checkpoint this
+        kernel's state."""
         args = self.parser.parse_args(shlex.split(line))
         if args.command == "rebuild":
-            rebuilt = rebuild(self.shell, self.session)
+            rebuilt = rebuild(self.shell, self.session, keep=args.keep, dry_run=args.dry_run,
+                              announce=lambda plan: print(plan.text(args.keep), flush=True))
             if rebuilt.failed is not None:
                 raise UsageError(rebuilt.summary())
             print(rebuilt.summary())

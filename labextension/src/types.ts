@@ -51,7 +51,41 @@ export interface IRebuilt {
   /** Names that the cells that ran did not define again. */
   missing: string[];
   failed: { cell: number; error: string } | null;
+  /** Only planned (`dry_run`): nothing ran. */
+  dry_run?: boolean;
+  plan?: IRebuildPlan | null;
+  /** Restored names a cell assigned again, given their restored objects back, with the cell. */
+  discarded?: Record<string, number>;
+  /** Those that keep what the cell assigned instead (`?keep=1`). */
+  kept?: Record<string, number>;
+  /** Names the cells made that the checkpoint did not have, removed again. */
+  removed?: string[];
+  /** The cells moved the random number generators, which were put back. */
+  rng_restored?: boolean;
+  warnings?: string[];
   text: string;
+}
+
+/** One cell of a rebuild plan: what it rebuilds and what running it does besides. */
+export interface IPlannedCell {
+  cell: number;
+  rebuilds: string[];
+  /** Names it makes only for the cells after it, removed afterwards. */
+  feeds: string[];
+  /** Restored names it assigns again. */
+  reassigns: string[];
+  made_from: Record<string, string[]>;
+  /** Effects beyond its names: `rng`, `files`, `network`, `processes` or `in_place`. */
+  effects: { kind: string; what: string }[];
+  unbound: string[];
+}
+
+/** The fewest recorded cells that rebuild what the last restore left out, told before they run. */
+export interface IRebuildPlan {
+  names: string[];
+  cells: IPlannedCell[];
+  needs: Record<string, number[]>;
+  unresolved: string[];
 }
 
 /** What the last restore brought back, what it did not and why, which cells rebuild it. */
@@ -66,6 +100,8 @@ export interface IRestoreReport {
   cells_to_rerun: number[];
   text: string;
   rebuilt?: IRebuilt | null;
+  /** The plan of the last rebuild, recorded before its cells ran. */
+  rebuild_plan?: IRebuildPlan | null;
   /** Where the state was read from. */
   source?: RestoreSource;
 }

@@ -3,9 +3,11 @@ and garbage collection.
 
 The in-kernel engine (``kernel_hooks``) writes and reads checkpoints through it; the server
 (``jupyter_gpuckpt``) lists and deletes them through it and never imports the engine. It
-needs nothing beyond the standard library and ``jupyter_core``.
+needs nothing beyond the standard library and ``jupyter_core``. :mod:`.protocol` names the
+messages the server's calls into the kernel travel as, for both sides.
 """
 
+from . import protocol
 from .collect import SaveJournal, collect_garbage, collect_leftovers
 from .errors import CheckpointError, CheckpointNotFound, IntegrityError, RestoreError, SaveError, SaveTooLarge
 from .layout import STORE_ENV, default_key_path, default_root, is_checkpoint_id, shown
@@ -18,5 +20,5 @@ __all__ = [
     "FORMAT_VERSION", "STORE_ENV", "BufferRecord", "CheckpointError", "CheckpointInfo", "CheckpointNotFound",
     "CheckpointStore", "IntegrityError", "Piece", "RestoreError", "SaveError", "SaveJournal", "SaveTooLarge",
     "SigningKey", "collect_garbage", "collect_leftovers", "default_key_path", "default_root", "format_table",
-    "human_bytes", "is_checkpoint_id", "list_checkpoints", "shown", "writable_problem",
+    "human_bytes", "is_checkpoint_id", "list_checkpoints", "protocol", "shown", "writable_problem",
 ]

@@ -185,6 +185,10 @@ class CheckpointStore:
             )
         return manifest
 
+    def has(self, checkpoint_id: str) -> bool:
+        """Whether checkpoint ``checkpoint_id`` is published here (its manifest written)."""
+        return is_checkpoint_id(checkpoint_id) and (self.checkpoints / checkpoint_id / MANIFEST).exists()
+
     def ids(self) -> list[str]:
         try:
             names = os.listdir(self.checkpoints)

@@ -13,7 +13,7 @@ was doing when the signal came:
 * running a cell's code: the cell is interrupted there, like Ctrl-C, with
   :class:`KernelTerminated`; once IPython has shown it as the cell's error and the cell has
   ended (``post_run_cell``), the namespace as the interruption left it is saved.
-* anything else (idle, a server call such as a save or restore over the comm, a silent
+* anything else (idle, a server call such as a save or restore, a silent
   execution, a top-level-``await`` cell waiting): the save runs from the event loop as soon
   as the main thread is back there, which is at once when the kernel is idle. A server
   call is never cut off: an interrupted restore would leave a half-restored namespace to

@@ -9,12 +9,13 @@ import json
 import signal
 import stat
 import time
-import uuid
 from pathlib import Path
 from queue import Empty
 from typing import Any
 
 from kernels import Kernel, KernelFactory
+
+from gpuckpt_store import protocol
 
 EXIT_SECONDS = 60
 """Bound on SIGTERM-to-exit (a save of a small namespace takes well under a second)."""
@@ -63,8 +64,8 @@ def checkpoints(kernels: KernelFactory) -> list[str]:
 
 
 def iopub_for(kernel: Kernel, msg_id: str, until: str | None = None, timeout: float = 60) -> list[dict[str, Any]]:
-    """The iopub messages of request ``msg_id`` (or of the comm with that id): up to the
-    first of type ``until``, or all until none comes for a second."""
+    """The iopub messages of request ``msg_id``: up to the first of type ``until``, or all
+    until none comes for a second."""
     found = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -74,7 +75,7 @@ def iopub_for(kernel: Kernel, msg_id: str, until: str | None = None, timeout: fl
             if until is None:
                 return found
             continue
-        if msg_id in (msg["parent_header"].get("msg_id"), msg["content"].get("comm_id")):
+        if msg["parent_header"].get("msg_id") == msg_id:
             found.append(msg)
             if msg["msg_type"] == until:
                 return found
@@ -196,21 +197,19 @@ def test_sigterm_during_server_save_lets_it_answer_first(kernels: KernelFactory,
     note = tmp_path / "exit-note.json"
     kernel = start_armed(kernels, note)
     kernel.ok("import numpy as np\nbig = np.arange(60_000_000, dtype=np.int64)")
-    comm_id = uuid.uuid4().hex
-    request = kernel.client.session.msg("comm_open", {
-        "comm_id": comm_id, "target_name": "jupyter_gpuckpt",
-        "data": {"call": "save", "args": {"store": str(kernels.store)}},
-    })
+    request = kernel.client.session.msg(protocol.REQUEST, {"call": "save", "args": {"store": str(kernels.store)}})
     kernel.client.shell_channel.send(request)
-    iopub_for(kernel, comm_id, until="comm_msg")  # first progress: the save is writing
+    msg_id = request["header"]["msg_id"]
+    # busy: the save has begun (its first progress would come only after half a second, and
+    # it may be over by then)
+    iopub_for(kernel, msg_id, until="status")
 
     status, seconds = terminate(kernel, note)
     content = read_note(note, seconds, "during a server save")
     assert status == 0
-    closes = [m["content"]["data"] for m in iopub_for(kernel, comm_id)
-              if m["msg_type"] == "comm_close"]
-    assert len(closes) == 1 and closes[0]["ok"], closes
-    server_save = closes[0]["result"]["id"]
+    replies = [m["content"] for m in iopub_for(kernel, msg_id) if m["msg_type"] == protocol.REPLY]
+    assert len(replies) == 1 and replies[0]["ok"], replies
+    server_save = replies[0]["result"]["id"]
     assert checkpoints(kernels) == sorted([server_save, content["checkpoint_id"]])
     assert kernels.manifest(content["checkpoint_id"])["parent"] == server_save
 

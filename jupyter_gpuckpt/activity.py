@@ -1,27 +1,50 @@
 """The one place that reads and writes jupyter_server's activity tracking on a kernel.
 
-jupyter_server keeps ``last_activity`` on each kernel manager and moves it on every IOPub
-message, ours included, and offers no hook to exclude messages; idle policies (its culler,
-ours) read it. So the server's own calls into a kernel put it back afterwards, and a
-kernel registered again after a server restart gets its old value back. Nothing else in
-this package touches that attribute.
+jupyter_server keeps ``last_activity`` on each kernel manager, and the server's own (the
+latest of all, which ``/api/status`` reports and JupyterHub's idle culler reads), and moves
+both on every IOPub message unless its type and its parent's type are in the kernel
+manager's ``untracked_message_types``; idle policies (its culler, ours) read them. The
+server's calls into a kernel travel as types of their own (:mod:`gpuckpt_store.protocol`),
+which :func:`untrack_server_calls` adds there, so they never count. What is left to do by
+hand: a kernel registered again after a server restart, or watched again after it moved,
+gets its old value back, and what the user asks of the server for a kernel (keep it running,
+resume it, rebuild) counts as a cell would. Nothing else in this package touches these
+attributes.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from typing import Any
 
-DRAIN_SECONDS = 0.2
-"""How long jupyter_server's IOPub watcher may take to see the status messages of a call."""
+from traitlets import TraitError
+
+from gpuckpt_store import protocol
+
+
+def untrack_server_calls(kernel_manager: Any) -> None:
+    """Leave the server's calls into kernels out of jupyter_server's activity tracking (its
+    kernels' and its own ``last_activity``, and their ``execution_state``), keeping the types
+    the admin configured there.
+
+    Parameters
+    ----------
+    kernel_manager
+        The server's ``MappingKernelManager`` (its activity watchers read the list at each
+        message).
+    """
+    untracked = list(kernel_manager.untracked_message_types)
+    kernel_manager.untracked_message_types = [*untracked, *(t for t in protocol.MESSAGE_TYPES if t not in untracked)]
 
 
 def last_activity(km: Any) -> datetime | None:
-    value = getattr(km, "last_activity", None)
+    """The kernel's last activity; None before jupyter_server has set it (while it starts, the
+    trait it declares has no value yet, and reading it raises)."""
+    try:
+        value = km.last_activity
+    except (AttributeError, TraitError):
+        return None
     return value if isinstance(value, datetime) else None
 
 
@@ -38,17 +61,7 @@ def restore_activity(km: Any, timestamp: float | None) -> None:
 
 
 def touch(km: Any) -> None:
-    """Count the user's "Keep running" as activity, as a cell would count."""
+    """Count the user's request (keep running, resume, rebuild) as the kernel's activity, as a
+    cell would count."""
     km.last_activity = datetime.now(timezone.utc)
 
-
-@asynccontextmanager
-async def unseen(km: Any) -> AsyncIterator[None]:
-    """Run server traffic to the kernel without it counting as the user's activity."""
-    before = last_activity(km)
-    try:
-        yield
-    finally:
-        await asyncio.sleep(DRAIN_SECONDS)
-        if before is not None:
-            km.last_activity = before

@@ -17,11 +17,11 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, Int, List, Set, TraitE
 
 from gpuckpt_store import default_root, writable_problem
 
-from . import events, host_memory, metrics, policy, policy_overrides
+from . import activity, events, host_memory, metrics, policy, policy_overrides
 from .gpus import GPUPool
 from .handlers import default_handlers
 from .host_memory import HostMemory, parse_limit
-from .ledger import Ledger
+from .ledger import Ledger, default_server_id
 from .lifecycle import State
 from .manager import CheckpointManager, Settings
 from .placement import GPUCheckpointProvisioner
@@ -40,7 +40,15 @@ class GPUCheckpointApp(ExtensionApp):
 
     store_root = Unicode(config=True, help="Checkpoint store root (shared between nodes for failover elsewhere). "
                                            "Default: $JUPYTER_GPUCKPT_STORE or <jupyter data dir>/gpuckpt/store.")
-    ledger_path = Unicode(config=True, help="File remembering suspended kernels across server restarts.")
+    ledger_path = Unicode(config=True, help="File remembering suspended kernels across server restarts, shared by "
+                                            "the user's servers that use the same data dir (see server_id).")
+    server_id = Unicode(
+        config=True,
+        help="This server's name in the ledger: the same across its restarts, different between servers that run "
+             "at once. A starting server registers again its own kernels and those of servers that are gone, never "
+             "another running server's. Default: under JupyterHub the server's prefix (jupyterhub:/user/NAME/), "
+             "else 'HOST:PORT ROOT_DIR' (a server started again on another port adopts its predecessor's kernels "
+             "once that one is gone).")
     idle_timeout = Float(0.0, config=True, help="Suspend a GPU kernel idle this many seconds (reclaim 'idle' and "
                                                 "'both'); 0 never suspends by idle time.")
     cpu_idle_timeout = Float(-1.0, config=True, help="Suspend a kernel that holds no GPU after this many idle "
@@ -185,6 +193,7 @@ class GPUCheckpointApp(ExtensionApp):
     def initialize_settings(self) -> None:
         assert self.serverapp is not None, "settings are initialized once the server is linked"
         self.settings["gpuckpt_app"] = self
+        activity.untrack_server_calls(self.serverapp.kernel_manager)
         self._use_suspend_aware_websockets()
         GPUPool.clear_instance()  # this server's inventory, read now
         GPUPool.instance(parent=self)
@@ -197,7 +206,7 @@ class GPUCheckpointApp(ExtensionApp):
                             host_memory=HostMemory(Path(self.staging_root), parse_limit(self.host_memory_limit)),
                             write_behind_bandwidth=self.write_behind_bandwidth)
         self.manager = CheckpointManager(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
-                                         Ledger(Path(self.ledger_path)), self.emit, self.tasks)
+                                         self._ledger(), self.emit, self.tasks)
         self.manager.on_moved.append(SuspendAwareConnection.kernel_moved)
         GPUCheckpointProvisioner.group = self.user_groups.get(user_name()) or unix_group()
         GPUCheckpointProvisioner.member_of = frozenset({GPUCheckpointProvisioner.group, *unix_groups()})
@@ -211,6 +220,15 @@ class GPUCheckpointApp(ExtensionApp):
         if problem is not None:
             self.log.warning("gpuckpt: %s: checkpoints and suspends will fail until it is fixed "
                              "(GPUCheckpointApp.store_root; `jupyter gpuckpt doctor` checks it)", problem)
+
+    def _ledger(self) -> Ledger:
+        """The ledger, under this server's identity (known once the port is bound, at first use). It
+        waits, at first use, for a server of that identity still stopping: as long as its
+        suspend_on_stop may take, and 10 s for the operations it ends first."""
+        def server_id() -> str:
+            return self.server_id or default_server_id(self.serverapp)
+
+        return Ledger(Path(self.ledger_path), server_id, self.log, wait=self.suspend_on_stop_timeout + 10.0)
 
     def _use_suspend_aware_websockets(self) -> None:
         """Kernel websockets must survive a suspend and resume the kernel on execute.
@@ -279,6 +297,7 @@ class GPUCheckpointApp(ExtensionApp):
             await self.manager.connection_changed(str(kernel_id))
         elif data.get("action") == "shutdown":
             self.manager.forget(str(kernel_id))
+            await self.manager.records.saved()  # a server killed now must not register it again
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
         """Log a lifecycle event, count it in the metrics and send it to the event bus.
@@ -293,7 +312,7 @@ class GPUCheckpointApp(ExtensionApp):
         except Exception:  # a bad event must not break the kernel operation that reports it
             self.log.exception("gpuckpt could not emit %s event %s", event, data)
 
-    def start_operation(self, kernel_id: str, action: str, reason: str = "request", **options: str) -> None:
+    def start_operation(self, kernel_id: str, action: str, reason: str = "request", **options: Any) -> None:
         """Run ``action`` on a kernel in the background (a ``202`` answer); a refusal lands in
         the kernel's ``last_error``, where a client polling the kernel looks."""
         operation = getattr(self.manager.operations, action)
@@ -358,6 +377,9 @@ class GPUCheckpointApp(ExtensionApp):
         return provisioner.kernel_group() if provisioner else GPUCheckpointProvisioner.group
 
     async def policy_model(self) -> dict[str, Any]:
+        """The policy as ``GET /api/gpuckpt/policy`` answers it; whether the store can be written
+        is asked off the event loop (a network file system may take its time)."""
+        store_problem = await asyncio.to_thread(writable_problem, Path(self.store_root))
         return {**self.base_policy().__dict__, "user_overridable": list(self.user_overridable),
                 "refused_overrides": await self.refused_overrides(), "group_floors": dict(self.group_floors),
                 "group": GPUCheckpointProvisioner.group, "exempt_kernels": list(self.exempt_kernels),
@@ -366,20 +388,31 @@ class GPUCheckpointApp(ExtensionApp):
                 "host_memory_limit": self.host_memory_limit, "staging_root": self.staging_root,
                 "write_behind_bandwidth": self.write_behind_bandwidth, "suspend_on_stop": self.suspend_on_stop,
                 "suspend_on_stop_timeout": self.suspend_on_stop_timeout,
-                "store_problem": writable_problem(Path(self.store_root))}
+                "store_problem": store_problem}
 
     async def _policy_loop(self) -> None:
         """A pass every ``policy_interval``, and one at once when a kernel starts waiting in
-        the GPU pool: an on-demand reclaim should not keep it waiting a whole interval."""
+        the GPU pool: an on-demand reclaim should not keep it waiting a whole interval.
+
+        Nothing but the server's stop ends it: each source of a pass fails alone already
+        (``reclaim.Reclaimer.run_pass``), and a pass that fails all the same is logged and
+        counted, and the next one comes at its time."""
         woken = asyncio.Event()
         GPUPool.instance().on_wait.append(woken.set)
+        faults = self.reclaimer.faults
         while True:
             try:
-                await asyncio.wait_for(woken.wait(), self.policy_interval)
+                async with asyncio.timeout(self.policy_interval):  # not wait_for: see GPUPool.readings
+                    await woken.wait()
             except TimeoutError:
                 pass
             woken.clear()
-            await self.policy_pass()
+            try:
+                await self.policy_pass()
+            except Exception as e:  # a bug, say: the policy goes on with the next pass
+                faults.failed("pass", "", e)
+            else:
+                faults.worked("pass")
 
     async def policy_pass(self) -> list[policy.Decision]:
         """One pass: every kernel decided (with one GPU reading) and acted on; parked kernels
@@ -407,7 +440,13 @@ class GPUCheckpointApp(ExtensionApp):
                         key=lambda r: r.parked_at or 0)
         if not limit or not parked:
             return
-        held = await asyncio.to_thread(self.manager.host_memory.used)
+        faults = self.reclaimer.faults
+        try:
+            held = await asyncio.to_thread(self.manager.host_memory.used)
+        except Exception as e:  # the staging folder cannot be read: the parked kernels stay this pass
+            faults.failed("parked", "", e, f"reading what {self.staging_root} holds")
+            return
+        faults.worked("parked")
         held += sum(int((r.last_checkpoint or {}).get("bytes_total") or 0) for r in parked)
         for record in parked:
             if held <= limit:
@@ -415,11 +454,19 @@ class GPUCheckpointApp(ExtensionApp):
             try:
                 await self.manager.operations.convert(record.kernel_id, reason="policy")
                 held -= int((record.last_checkpoint or {}).get("bytes_total") or 0)
-            except Exception:
-                self.log.exception("gpuckpt could not suspend parked kernel %s", record.kernel_id)
+            except Exception as e:  # this kernel's alone: the next is tried
+                faults.failed("parked", record.kernel_id, e)
+            else:
+                faults.worked("parked", record.kernel_id)
 
-    def gpus_model(self) -> dict[str, Any]:
+    async def gpus_model(self) -> dict[str, Any]:
+        """The host's GPUs as read now (off the event loop), who holds them and who waits;
+        ``read_at`` and ``reading_problem`` say when the figures were read and, if they are
+        not fresh (NVML failed or did not answer within ``GPUPool.read_timeout``), why."""
         pool = GPUPool.instance()
+        readings = await pool.readings()
         return {"node": socket.gethostname(),
-                "gpus": [{**g.to_json(), "kernel_id": pool.holders.get(g.uuid)} for g in pool.readings()],
-                "waiting": [{"kernel_id": k, "gpus": n} for k, n in pool.waiting.items()]}
+                "gpus": [{**g.to_json(), "kernel_id": pool.holders.get(g.uuid)} for g in readings.gpus],
+                "waiting": [{"kernel_id": k, "gpus": n} for k, n in pool.waiting.items()],
+                "read_at": datetime.fromtimestamp(readings.read_at, timezone.utc).isoformat(),
+                "reading_problem": readings.problem}

@@ -81,7 +81,8 @@ class Failover(OperationRunner):
                     record.back("the kernel's process died and it had no checkpoint, so it restarted with "
                                 "nothing defined; the cell was not run: run the cells it needs again")
                     return
-                report = await self._restore(record, checkpoint["id"], "restore-after-failure")
+                # the pages saw jupyter_client's restart ("restarting"), and dropped their widgets
+                report = await self._restore(record, checkpoint["id"], "restore-after-failure", comms_kept=False)
                 record.state = State.RUNNING
                 self._tell(record, self._headline(kernel_id, departure, report["id"], lost, interrupted),
                            report, notice=True)

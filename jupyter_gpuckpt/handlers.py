@@ -82,14 +82,23 @@ class GPUCheckpointHandler(APIHandler):
         self.finish(None if result is None else json.dumps(result))
 
 
-class KernelsHandler(GPUCheckpointHandler):
+class PolledHandler(GPUCheckpointHandler):
+    """Base of the ``GET`` routes, which the frontend's panel and the hub service poll: reading
+    them is not the user's activity, or an idle server with the panel open would never be
+    culled (jupyter_server's ``/api/status`` is not activity either). What the user asks for
+    (``POST``, ``DELETE``) is."""
+
+    _track_activity = False
+
+
+class KernelsHandler(PolledHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
         await self.answer(self.manager.models)
 
 
-class KernelHandler(GPUCheckpointHandler):
+class KernelHandler(PolledHandler):
     @web.authenticated
     @authorized
     async def get(self, kernel_id: str) -> None:
@@ -97,18 +106,23 @@ class KernelHandler(GPUCheckpointHandler):
 
 
 class KernelActionHandler(GPUCheckpointHandler):
-    """``POST .../checkpoint``, ``.../suspend``, ``.../resume``, ``.../rebuild``."""
+    """``POST .../checkpoint``, ``.../suspend[?mode=]``, ``.../resume``, ``.../rebuild[?keep=1]``."""
 
     @web.authenticated
     @authorized
     async def post(self, kernel_id: str, action: str) -> None:
         kernel_id = self.kernel_id(kernel_id)
-        options = {}
+        options: dict[str, Any] = {}
         mode = self.get_argument("mode", None)
         if mode is not None:
             if action != "suspend" or mode not in ("park", "suspend"):
                 raise web.HTTPError(400, "mode is for suspend only, and is 'park' or 'suspend'")
             options["mode"] = mode
+        keep = self.get_argument("keep", None)
+        if keep is not None:
+            if action != "rebuild" or keep not in ("0", "1", "true", "false"):
+                raise web.HTTPError(400, "keep is for rebuild only, and is 1 or 0")
+            options["keep"] = keep in ("1", "true")
         if self.get_argument("wait", "0") in ("1", "true", "yes"):
             await self.answer(lambda: getattr(self.manager.operations, action)(kernel_id, **options))
             return
@@ -116,8 +130,10 @@ class KernelActionHandler(GPUCheckpointHandler):
             self.manager.km(kernel_id)  # 404 before anything starts
         self.app.start_operation(kernel_id, action, **options)
         await asyncio.sleep(0)  # let the task take the kernel's lock and set its state
+        with _http_errors():
+            model = await self.manager.model(kernel_id)
         self.set_status(202)
-        self.finish(json.dumps({**self.manager.model(kernel_id), "outcome": "started"}))
+        self.finish(json.dumps({**model, "outcome": "started"}))
 
 
 class KeepRunningHandler(GPUCheckpointHandler):
@@ -130,7 +146,7 @@ class KeepRunningHandler(GPUCheckpointHandler):
         await self.answer(lambda: self.app.reclaimer.keep(kernel_id))
 
 
-class KernelCheckpointsHandler(GPUCheckpointHandler):
+class KernelCheckpointsHandler(PolledHandler):
     @web.authenticated
     @authorized
     async def get(self, kernel_id: str) -> None:
@@ -146,14 +162,14 @@ class CheckpointHandler(GPUCheckpointHandler):
         await self.answer(lambda: self.manager.delete_checkpoint(checkpoint_id), status=204)
 
 
-class GPUsHandler(GPUCheckpointHandler):
+class GPUsHandler(PolledHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
         await self.answer(self.app.gpus_model)
 
 
-class PolicyHandler(GPUCheckpointHandler):
+class PolicyHandler(PolledHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:

@@ -14,7 +14,7 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from gpuckpt_store import CheckpointNotFound, CheckpointStore, SaveError
@@ -67,7 +67,8 @@ class HostMemory:
         self.limit = limit
         self.reserved = 0
         """Bytes promised to staged saves under way (each may write up to its share)."""
-        self._lock = threading.Lock()
+        self._taking = threading.Lock()  # held while a take walks and drops (in a thread)
+        self._counting = threading.Lock()  # held only to change ``reserved``: the event loop gives back
 
     def store(self) -> CheckpointStore:
         return CheckpointStore(self.root)
@@ -117,27 +118,32 @@ class HostMemory:
         except CheckpointNotFound:
             pass
 
-    def take(self, needed: Collection[str], wanted: int) -> int:
+    def take(self, needed: Collection[str], wanted: int, *, durable: Callable[[str], bool]) -> int:
         """Reserve room for a new staged copy of a state whose last checkpoint took ``wanted``
-        bytes (0: unknown), after dropping copies not in ``needed`` (those already durable,
-        kept as a cache), oldest first, until that much is free. Returns the bytes it may
-        write (0: it does not fit; nothing is reserved); :meth:`give_back` them after."""
-        with self._lock:  # suspends at the same time must not each count on the same free memory
+        bytes (0: unknown), after dropping copies that are ``durable`` (in the store: kept as a
+        cache) and not in ``needed`` (being read by a resume, say), oldest first, until that much
+        is free. A copy not yet in the store is never dropped: it may be another server's, whose
+        write-behind has yet to copy it (the staging folder is shared by the user's servers).
+        Returns the bytes it may write (0: it does not fit; nothing is reserved);
+        :meth:`give_back` them after."""
+        with self._taking:  # suspends at the same time must not each count on the same free memory
             free = self.limit - self.used() - self.reserved
             for checkpoint_id in self.ids():
                 if free >= wanted:
                     break
-                if checkpoint_id not in needed:
+                if checkpoint_id not in needed and durable(checkpoint_id):
                     self.drop(checkpoint_id)
                     free = self.limit - self.used() - self.reserved
             if free <= 0 or free < wanted:
                 return 0
             # a state seldom doubles between two suspends: the rest stays for other kernels'
             share = free if not wanted else min(free, 2 * wanted + GROWTH_BYTES)
-            self.reserved += share
+            with self._counting:
+                self.reserved += share
             return share
 
     def give_back(self, share: int) -> None:
-        """The staged save that :meth:`take` reserved ``share`` for has ended."""
-        with self._lock:
+        """The staged save that :meth:`take` reserved ``share`` for has ended (called on the event
+        loop: it never waits for a :meth:`take` walking the staged copies)."""
+        with self._counting:
             self.reserved -= share

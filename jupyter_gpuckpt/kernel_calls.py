@@ -1,11 +1,15 @@
-"""Calling the in-kernel engine from the server, out of the user's sight: a comm, JSON in and out.
+"""Calling the in-kernel engine from the server, out of the user's sight: JSON in and out.
 
-The server opens a comm with the target ``kernel_hooks.ipython.server_calls`` registers,
-its data naming the call and its arguments; the kernel sends progress on the comm and
-closes it with the answer (see that module). Nothing is sent as source code, and nothing
-enters the user's history, cell count or namespace. A kernel that has ``kernel_hooks`` but
-did not load it at start (not started from a gpuckpt kernelspec) gets the target
-registered first, by one fixed silent statement.
+The server sends a request of the message type ``kernel_hooks.ipython.server_calls``
+handles, naming the call and its arguments; the kernel publishes progress and then the
+answer, the request as their parent (the names: :mod:`gpuckpt_store.protocol`). They are
+types jupyter_server does not count as activity (:func:`.activity.untrack_server_calls`), so
+the calls leave the kernel's and the server's ``last_activity`` and ``execution_state`` as
+they were. Nothing is sent as source code, and nothing enters the user's history, cell count
+or namespace. A kernel that has ``kernel_hooks`` but did not load it at start (its kernelspec
+lacks ``--ext=kernel_hooks``) goes idle without an answer; it gets the handler registered by
+one fixed silent statement, the one request that counts as the kernel's activity, and is
+asked again.
 
 Every wait has a deadline: the kernel must answer within ``ready_timeout`` (a relaunched
 kernel starts in seconds), and a call must report progress, or that it is working, within
@@ -23,12 +27,10 @@ from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
-TARGET = "jupyter_gpuckpt"
-"""The comm target (must match ``kernel_hooks.ipython.server_calls.TARGET``)."""
+from gpuckpt_store import protocol
+
 INTERNAL_SESSION_PREFIX = "gpuckpt-"
-"""Session id prefix of the server's own requests (not user activity)."""
-_REGISTER = "__import__('kernel_hooks.ipython.server_calls').ipython.server_calls.register(get_ipython())"
-"""The fixed statement that registers the target in a kernel that did not load the hooks."""
+"""Session id prefix of the server's own requests, which names them in a kernel's log."""
 _POLL_SECONDS = 0.5
 
 Progress = Callable[[int, int], None]
@@ -78,7 +80,7 @@ async def call(km: AsyncKernelManager, function: str, /, *, ready_timeout: float
     try:
         await _ready(client, ready_timeout, alive)
         answer = await _exchange(client, function, args, stall_timeout, alive, on_progress)
-        if answer is None:  # closed without an answer: the target is not registered
+        if answer is None:  # idle without an answer: no handler registered
             await _register(client, ready_timeout, alive)
             answer = await _exchange(client, function, args, stall_timeout, alive, on_progress)
         if answer is None:
@@ -111,10 +113,12 @@ async def _ready(client: Any, timeout: float, alive: Alive) -> None:
 
 async def _exchange(client: Any, function: str, args: dict[str, Any], stall_timeout: float, alive: Alive,
                     on_progress: Progress | None) -> dict[str, Any] | None:
-    """Open the comm and follow it to its close; the answer, or None if it closed empty."""
-    comm_id = uuid.uuid4().hex
-    client.shell_channel.send(client.session.msg("comm_open", {
-        "comm_id": comm_id, "target_name": TARGET, "data": {"call": function, "args": args}}))
+    """Send the request and follow it to its reply; the answer, or None if the kernel went
+    idle without one (ipykernel publishes idle after every request, known or not, and the
+    reply before it)."""
+    request = client.session.msg(protocol.REQUEST, {"call": function, "args": args})
+    request_id = request["header"]["msg_id"]
+    client.shell_channel.send(request)
     deadline = time.monotonic() + stall_timeout
     while True:
         msg = await _next(client.get_iopub_msg, _POLL_SECONDS)
@@ -124,21 +128,22 @@ async def _exchange(client: Any, function: str, args: dict[str, Any], stall_time
             if time.monotonic() > deadline:
                 raise KernelCallError(f"the kernel stopped answering for {stall_timeout:.0f} s during the call")
             continue
-        content = msg["content"]
-        if content.get("comm_id") != comm_id:
+        if msg["parent_header"].get("msg_id") != request_id:
             continue
-        data = content.get("data") or {}
-        if msg["msg_type"] == "comm_close":
-            return data if "ok" in data else None
-        if msg["msg_type"] != "comm_msg":
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == protocol.REPLY:
+            return dict(content)
+        if kind == "status" and content.get("execution_state") == "idle":
+            return None
+        if kind != protocol.PROGRESS:
             continue
         deadline = time.monotonic() + stall_timeout  # progress, or a "working" tick
-        if "progress" in data and on_progress is not None:
-                on_progress(int(data["progress"]["done"]), int(data["progress"]["total"]))
+        if "progress" in content and on_progress is not None:
+            on_progress(int(content["progress"]["done"]), int(content["progress"]["total"]))
 
 
 async def _register(client: Any, timeout: float, alive: Alive) -> None:
-    msg_id = client.execute("", silent=True, store_history=False, user_expressions={"r": _REGISTER})
+    msg_id = client.execute("", silent=True, store_history=False, user_expressions={"r": protocol.REGISTER})
     deadline = time.monotonic() + timeout
     while True:
         reply = await _next(client.get_shell_msg, _POLL_SECONDS)

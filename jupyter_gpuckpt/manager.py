@@ -35,7 +35,7 @@ from .placement.contract import ADOPT, START_SUSPENDED, placement_classes
 from .records import KernelRecords
 from .tasks import BackgroundTasks
 from .watcher import ExecutionWatcher
-from .write_behind import DURABLE, STAGED, WriteBehind
+from .write_behind import DURABLE, STAGED, WriteBehind, last_checkpoint_of
 
 
 @dataclass
@@ -113,13 +113,13 @@ class CheckpointManager:
         return chosen(kernel_id) if chosen is not None else self.settings.release_mode
 
     def record(self, kernel_id: str) -> KernelRecord:
-        """The kernel's record, made (and its cells and restarts followed) on first use."""
+        """The kernel's record, made on first use (or from the ledger, as the server starts);
+        its cells and restarts followed from the first use of its kernel manager."""
         km = self.km(kernel_id)
-        if kernel_id not in self.records:
-            km.add_restart_callback(lambda: self.failover.process_lost(kernel_id, restarting=True), "restart")
         record = self.records.make(kernel_id, km.kernel_name)
         self.watcher.watch(kernel_id, km)
         if kernel_id not in self._endpoints:
+            km.add_restart_callback(lambda: self.failover.process_lost(kernel_id, restarting=True), "restart")
             self._endpoints[kernel_id] = _endpoint(km.get_connection_info())
             self.note_placement(kernel_id)
         return record
@@ -178,19 +178,23 @@ class CheckpointManager:
         self.watcher.forget(kernel_id)
         self._endpoints.pop(kernel_id, None)
 
-    def models(self) -> list[dict[str, Any]]:
-        """Every kernel's model, with one reading of the GPUs for all of them."""
-        readings = GPUPool.instance().readings()
-        return [self.model(k, readings) for k in list(self.kernel_manager.list_kernel_ids())]
+    async def models(self) -> list[dict[str, Any]]:
+        """Every kernel's model, with one reading of the GPUs for all of them (off the event loop)."""
+        readings = (await GPUPool.instance().readings()).gpus
+        return [self.model_with(k, readings) for k in list(self.kernel_manager.list_kernel_ids())]
 
-    def model(self, kernel_id: str, readings: list[GPU] | None = None) -> dict[str, Any]:
-        """The REST model of a kernel (``readings``: the GPUs now; read if not given)."""
+    async def model(self, kernel_id: str) -> dict[str, Any]:
+        """The REST model of a kernel, with the GPUs read now (off the event loop)."""
+        self.km(kernel_id)  # an unknown kernel is refused before the GPUs are read
+        return self.model_with(kernel_id, (await GPUPool.instance().readings()).gpus)
+
+    def model_with(self, kernel_id: str, readings: list[GPU]) -> dict[str, Any]:
+        """The REST model of a kernel, with ``readings`` of the GPUs (a policy pass's, or the
+        last one for an operation's result): no reading of its own."""
         km = self.km(kernel_id)
         record = self.record(kernel_id)
         provisioner = self.provisioner(kernel_id)
         last = activity.last_activity(km)
-        if readings is None:
-            readings = GPUPool.instance().readings()
         where = provisioner.location(readings) if provisioner else None
         return {
             **record.to_json(),
@@ -222,9 +226,10 @@ class CheckpointManager:
     def store(self) -> CheckpointStore:
         return CheckpointStore(self.settings.store_root)
 
-    def check_store(self) -> None:
-        """Raise :class:`StoreUnavailable` if checkpoints cannot be written now."""
-        problem = writable_problem(self.settings.store_root)
+    async def check_store(self) -> None:
+        """Raise :class:`StoreUnavailable` if checkpoints cannot be written now (asked off the
+        event loop: a store on a network file system may take its time to answer)."""
+        problem = await asyncio.to_thread(writable_problem, self.settings.store_root)
         if problem is not None:
             raise StoreUnavailable(f"{problem}; set GPUCheckpointApp.store_root to a writable folder "
                                    "(`jupyter gpuckpt doctor` checks it)")
@@ -303,9 +308,7 @@ class CheckpointManager:
         infos = await asyncio.to_thread(list_checkpoints, self.store())
         for record in affected:
             remaining = [i for i in infos if i.kernel_id == record.kernel_id and not i.problem]
-            record.last_checkpoint = ({"id": remaining[-1].id, "bytes_total": remaining[-1].nbytes,
-                                       "variables": remaining[-1].variables, "time": None,
-                                       "last_cell": None, "durability": DURABLE} if remaining else None)
+            record.last_checkpoint = last_checkpoint_of(remaining[-1]) if remaining else None
             if record.durable_checkpoint in gone:
                 record.durable_checkpoint = remaining[-1].id if remaining else None
         self.records.save()
@@ -363,21 +366,28 @@ class CheckpointManager:
             provisioner.detach()
             self.kernel_manager.remove_kernel(kernel_id)
         self.records.save()
+        await self.records.close()  # the next server of this identity need not wait for this one's end
 
     async def reregister(self) -> None:
-        """Register again, with the same ids, the kernels the ledger lists: suspended ones
-        as suspended, and running ones whose placement outlived the server (Slurm jobs)
-        taken over where they run. Runs of this server's kernels that the ledger does not know
-        (a Slurm job submitted as the server was killed) are ended first."""
-        ledger = self.records.ledger.load()
-        runs = {kernel_id: entry.get("placement_info") for kernel_id, entry in ledger.items()}
+        """Register again, with the same ids, this server's kernels the ledger lists, and the
+        orphans of servers that are gone (see :mod:`.ledger`; another running server's are left
+        alone): suspended ones as suspended, and running ones whose placement outlived the
+        server (Slurm jobs) taken over where they run. Each is listed in its ledger state from
+        the moment jupyter_server knows it. Kernel runs that nobody follows (a Slurm job
+        submitted as a server was killed) are ended first: those of this server, and of servers
+        that are gone, that the ledger does not know. Then the staged copies of this server's
+        kernels are written to the store (:meth:`.WriteBehind.resume_pending`)."""
+        mine, every = await self.records.claim()
+        others = await self.records.live_servers()
+        GPUCheckpointProvisioner.server_key = self.records.ledger.key
+        runs = {kernel_id: entry.get("placement_info") for kernel_id, entry in every.items()}
         for placement in placement_classes():
             try:
-                for ended in await placement.collect_orphans(runs):
+                for ended in await placement.collect_orphans(runs, others):
                     self.tasks.log.warning("gpuckpt: ended %s, which the ledger did not know", ended)
             except Exception as e:  # Slurm's commands without a cluster, say: one line, not a traceback
                 self.tasks.log.warning("gpuckpt: could not look for untracked kernels of %s: %s", placement.__name__, e)
-        for kernel_id, entry in ledger.items():
+        for kernel_id, entry in mine.items():
             running = entry.get("state") == State.RUNNING.value and entry.get("placement_info")
             # a parked kernel's process ended with the server: it is suspended, from the
             # checkpoint taken as it was parked
@@ -386,23 +396,29 @@ class CheckpointManager:
                 continue
             flag = {ADOPT: json.dumps(entry["placement_info"])} if running else {START_SUSPENDED: "1"}
             try:
+                # the record first: whoever asks while the kernel starts (the REST API, a notebook's
+                # websocket) finds it suspended, not a fresh running one
+                record = self.records.make(kernel_id, entry["kernelspec"])
+                record.load(entry)
+                if not running:
+                    record.away()
                 await self.kernel_manager.start_kernel(kernel_id=kernel_id, kernel_name=entry["kernelspec"],
                                                        env={**os.environ, **flag})
             except Exception as e:
                 self.tasks.log.error("gpuckpt: kernel %s could not be registered again: %s", kernel_id, e)
+                self.records.forget(kernel_id)
                 continue
             # the flag was for this start only: a later restart launches the kernel afresh
             self.km(kernel_id).update_env(env={ADOPT: "", START_SUSPENDED: ""})
-            record = self.record(kernel_id)
-            record.load(entry)
-            if not running:
-                record.away()
+            self.record(kernel_id)
             activity.restore_activity(self.km(kernel_id), record.last_activity or record.suspended_at)
             if record.session and self.session_manager is not None:
                 # the notebook finds its kernel again (a suspended one resumes on its first cell)
                 await self.session_manager.create_session(kernel_id=kernel_id, **record.session)
         self.records.save()
-        await self.write_behind.resume_pending()
+        theirs = every.keys() - mine.keys()  # the other running servers' kernels (orphans are this one's now)
+        await self.write_behind.resume_pending(
+            lambda kernel_id: kernel_id in mine or (kernel_id not in theirs and not others))
 
 
 def _endpoint(info: dict[str, Any]) -> tuple[Any, ...]:

@@ -16,6 +16,8 @@ name                                            type    labels
 ``jupyter_gpuckpt_checkpoint_size_bytes``       histo   ``kind``: total, written
 ``jupyter_gpuckpt_restore_duration_seconds``    histo   ``operation``: resume, restore-after-failure
 ``jupyter_gpuckpt_operations_total``            counter ``event``, ``outcome``: done, failed
+``jupyter_gpuckpt_policy_actions_total``        counter ``action``, ``cause``
+``jupyter_gpuckpt_policy_errors_total``         counter ``source``: :data:`POLICY_SOURCES`
 =============================================== ======= ==============================
 
 .. versionadded:: 0.1
@@ -75,6 +77,17 @@ POLICY_ACTIONS = Counter(
     "and cause (idle: the kernel's idle limit; demand: someone waited for a GPU; user).",
     ["action", "cause"],
 )
+POLICY_SOURCES = ("gpus", "demand", "groups", "kernel", "action", "parked", "pass")
+"""What a policy pass reads or does, each failing alone (see :mod:`.policy_faults`)."""
+POLICY_ERRORS = Counter(
+    "jupyter_gpuckpt_policy_errors",
+    "Failures in the policy's passes, by source: gpus (the GPU reading failed or did not answer: kernels on "
+    "those GPUs are not suspended that pass), demand (a pool's waiting GPU requests: squeue), groups (what "
+    "each group holds), kernel (looking at one kernel), action (a suspend, warning, checkpoint or conversion "
+    "the policy decided), parked (suspending parked kernels over the host memory limit), pass (anything else). "
+    "What failed is left out of that pass; the rest goes on, and the next pass tries again.",
+    ["source"],
+)
 
 # Create every labelled series now, so that each is scraped (as 0) before it first happens.
 for _operation in ("checkpoint", "suspend"):
@@ -86,6 +99,8 @@ for _operation in ("resume", "restore-after-failure"):
 for _event in OPERATION_EVENTS:
     for _outcome in ("done", "failed"):
         OPERATIONS.labels(_event, _outcome)
+for _source in POLICY_SOURCES:
+    POLICY_ERRORS.labels(_source)
 
 
 class ServerMetrics:

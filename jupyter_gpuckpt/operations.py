@@ -52,7 +52,8 @@ class KernelOperations(OperationRunner):
         problem = await asyncio.to_thread(host.problem)
         if problem is None:
             wanted = int((record.last_checkpoint or {}).get("bytes_total") or 0)
-            share = await asyncio.to_thread(host.take, self.manager.staged_in_use(), wanted)
+            durable = self.manager.store().has
+            share = await asyncio.to_thread(host.take, self.manager.staged_in_use(), wanted, durable=durable)
             if share == 0:  # no room, or a state like the last one would not fit: no doomed attempt
                 problem = (f"host memory for staging is short (GPUCheckpointApp.host_memory_limit {host.limit} "
                            f"bytes), the last checkpoint took {wanted}")
@@ -76,7 +77,7 @@ class KernelOperations(OperationRunner):
         async with record.lock:
             if record.state != State.RUNNING:
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
-            self._check_store(record)
+            await self._check_store(record)
 
             async def safe_state(message: str) -> tuple[State, str | None]:
                 return (State.RESTORING if record.state == State.RESTORING else State.RUNNING), None
@@ -118,7 +119,7 @@ class KernelOperations(OperationRunner):
                 return self._result(kernel_id, f"already {record.state.value}")
             if record.state != State.RUNNING:
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
-            self._check_store(record)
+            await self._check_store(record)
             km = self.manager.km(kernel_id)
             gpus = len(provisioner.location().gpus)
             record.away()
@@ -231,11 +232,12 @@ class KernelOperations(OperationRunner):
 
             try:
                 async with self._run(record, "resume", reason, State.RESTORING, safe_state) as op:
-                    source = CheckpointStore(self._source(kernel_id, checkpoint["id"]))
+                    source = CheckpointStore(await self._source(kernel_id, checkpoint["id"]))
                     needs = GPUNeeds.of_manifest(await asyncio.to_thread(source.read_manifest, checkpoint["id"]))
                     await provisioner.resume(needs)
                     await self.manager.connection_changed(kernel_id)
-                    report = await self._restore(record, checkpoint["id"], "resume")
+                    # the websocket held the pages' messages: they never saw the kernel go
+                    report = await self._restore(record, checkpoint["id"], "resume", comms_kept=True)
                     self._resumed_by_user(record, reason)
                     record.state = State.RUNNING
                     record.suspended_at = None
@@ -305,14 +307,34 @@ class KernelOperations(OperationRunner):
 
     # -- rebuild -------------------------------------------------------------------------
 
-    async def rebuild(self, kernel_id: str, reason: str = "request") -> dict[str, Any]:
-        """Re-run, in order, the recorded cells that created what the last restore could not
-        bring back; answers the model with ``rebuilt``: what ran, and what failed."""
+    async def rebuild(self, kernel_id: str, reason: str = "request", keep: bool = False) -> dict[str, Any]:
+        """Re-run, in order, the fewest recorded cells that rebuild what the last restore could
+        not bring back; answers the model with ``rebuilt``: what ran, what failed, and which
+        restored names kept their objects.
+
+        The plan (the cells, and what they do beyond their names) is the report's
+        ``rebuild_plan`` and the kernel's notice before any cell runs.
+
+        Parameters
+        ----------
+        kernel_id
+            A running kernel.
+        reason
+            ``request`` (the user's) or ``resume`` (``rebuild_skipped = "always"``).
+        keep
+            Restored names keep what the cells assign to them instead of their objects.
+        """
         record = self.manager.record(kernel_id)
         async with record.lock:
             if record.state != State.RUNNING:
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
-            result = await self._call(record, "rebuild", None, unseen=False)
+            planned = await self._call(record, "rebuild", None, dry_run=True, keep=keep)
+            record.report = {**(record.report or {}), "rebuild_plan": planned.get("plan")}
+            if (planned.get("plan") or {}).get("cells"):
+                record.notice = str(planned.get("text") or "") or None
+            result = await self._call(record, "rebuild", None, keep=keep)
+            if reason == "request":  # the user's cells, run again because they asked
+                activity.touch(self.manager.km(kernel_id))
         record.report = {**(record.report or {}), "rebuilt": result}
         record.notice = str(result.get("text") or "") or None
         return {**self._result(kernel_id, "done"), "rebuilt": result}

@@ -119,7 +119,8 @@ async def end_kernel_tree(kernel_id: str, root_pid: int | None, term_timeout: fl
     """
     survivors: list[psutil.Process] = []
     for _ in range(_ROUNDS):
-        processes = kernel_processes(kernel_id, root_pid)
+        # a scan of every process and of this user's processes' environments: off the event loop
+        processes = await asyncio.to_thread(kernel_processes, kernel_id, root_pid)
         if not processes:
             return []
         _signal(processes, signal.SIGTERM)
@@ -127,4 +128,4 @@ async def end_kernel_tree(kernel_id: str, root_pid: int | None, term_timeout: fl
         _signal(remaining, signal.SIGKILL)
         survivors = await _wait(remaining, kill_timeout)
         root_pid = None  # gone, or among the survivors; the tag finds what it started
-    return [describe(p) for p in survivors or kernel_processes(kernel_id)]
+    return [describe(p) for p in survivors or await asyncio.to_thread(kernel_processes, kernel_id)]

@@ -2,7 +2,9 @@
 for GPUs, what each group holds, and acting on the decisions, warnings and "Keep running"
 included.
 
-The decisions themselves are ``policy.plan``'s, the same code the trace replay runs.
+The decisions themselves are ``policy.plan``'s, the same code the trace replay runs. Every
+source of a pass fails alone (:mod:`.policy_faults`); a kernel whose GPUs could not be read
+this pass counts as busy: nothing is suspended on figures that are not fresh.
 """
 
 from __future__ import annotations
@@ -17,10 +19,11 @@ from typing import Any
 
 from . import activity, policy
 from .events import Emit
-from .gpus import GPU, GPUPool
+from .gpus import GPUPool
 from .lifecycle import AWAY, State
 from .manager import CheckpointManager
 from .placement import GPUCheckpointProvisioner
+from .policy_faults import PolicyFaults
 
 
 def unix_group() -> str:
@@ -65,6 +68,8 @@ class Reclaimer:
         the user's Unix group).
     emit
         ``emit(event, data)``, for the ``policy`` event.
+    log
+        Where the passes' failures are logged (:attr:`faults`).
     """
 
     def __init__(self, manager: CheckpointManager, policy_for: Callable[[str], policy.Policy],
@@ -75,10 +80,11 @@ class Reclaimer:
         self.floors = floors
         self.group_of = group_of
         self.emit = emit
-        self.log = log
+        self.faults = PolicyFaults(log)
 
-    def view(self, kernel_id: str, model: dict[str, Any], now: float) -> policy.KernelView:
-        """The kernel as the policy sees it, from its REST model."""
+    def view(self, kernel_id: str, model: dict[str, Any], now: float, gpus_known: bool = True) -> policy.KernelView:
+        """The kernel as the policy sees it, from its REST model (``gpus_known``: its GPUs'
+        figures are fresh; if not, it counts as busy, as if they were working)."""
         record = self.manager.record(kernel_id)
         provisioner = self.manager.provisioner(kernel_id)
         last = model["last_checkpoint"]
@@ -86,26 +92,31 @@ class Reclaimer:
         warned = record.warned_at
         if warned is not None and idle is not None and now - idle > warned:
             warned = None  # used since the warning: the warning is void
+        # a fallback checkpoint in a ledger written before it kept one's time has none: age unknown
+        age = None if last is None or last.get("time") is None else now - last["time"]
         return policy.KernelView(
-            kernel_id, model["state"], model["execution_state"] == "busy", idle, len(model["gpus"]),
-            max((g["utilization"] for g in model["gpus"]), default=0), model["connections"] or 0,
-            model["suspendable"], int((last or {}).get("bytes_total") or 0), self.group_of(kernel_id),
-            provisioner.demand_pool if provisioner else "", tuple(self.manager.watcher.gaps.get(kernel_id, ())),
-            warned, model["parked_for"], None if last is None else now - last["time"],
+            kernel_id, model["state"], model["execution_state"] == "busy" or not gpus_known, idle,
+            len(model["gpus"]), max((g["utilization"] for g in model["gpus"]), default=0),
+            model["connections"] or 0, model["suspendable"], int((last or {}).get("bytes_total") or 0),
+            self.group_of(kernel_id), provisioner.demand_pool if provisioner else "",
+            tuple(self.manager.watcher.gaps.get(kernel_id, ())), warned, model["parked_for"], age,
             user_gaps=tuple(self.manager.watcher.user_gaps))
 
     async def demand(self, kernel_ids: list[str]) -> dict[str, policy.Demand]:
         """The GPU requests waiting in each pool that these kernels' GPUs could serve."""
         found: dict[str, policy.Demand] = {}
         for kernel_id in kernel_ids:
-            provisioner = self.manager.provisioner(kernel_id)
+            provisioner = self.manager.provisioner(kernel_id) if kernel_id in self.manager.kernel_manager else None
             if provisioner is None or provisioner.demand_pool in found:
                 continue
+            pool = provisioner.demand_pool
             try:
-                found[provisioner.demand_pool] = await provisioner.demand()
+                found[pool] = await provisioner.demand()
             except Exception as e:  # Slurm down, say: the pool's kernels are decided with nobody waiting
-                self.log.warning("gpuckpt policy: no demand for %s this pass: %s", provisioner.demand_pool, e)
-                found[provisioner.demand_pool] = policy.Demand()
+                self.faults.failed("demand", pool, e)
+                found[pool] = policy.Demand()
+            else:
+                self.faults.worked("demand", pool)
         return found
 
     async def held(self, kernel_ids: list[str], views: list[policy.KernelView]) -> dict[str, int]:
@@ -117,37 +128,61 @@ class Reclaimer:
                 held[v.group] = held.get(v.group, 0) + v.gpus
         asked: set[type[GPUCheckpointProvisioner]] = set()
         for kernel_id in kernel_ids:
-            provisioner = self.manager.provisioner(kernel_id)
+            provisioner = self.manager.provisioner(kernel_id) if kernel_id in self.manager.kernel_manager else None
             if provisioner is None or type(provisioner) in asked:
                 continue
             asked.add(type(provisioner))
+            placement = type(provisioner).__name__
             try:
                 reported = await provisioner.group_gpus() or {}
             except Exception as e:  # this server's own count stands
-                self.log.warning("gpuckpt policy: no group holdings from %s this pass: %s",
-                                 type(provisioner).__name__, e)
+                self.faults.failed("groups", placement, e)
                 reported = {}
+            else:
+                self.faults.worked("groups", placement)
             for group, gpus in reported.items():
                 held[group] = max(held.get(group, 0), gpus)
         return held
 
-    async def run_pass(self, readings: list[GPU] | None = None) -> list[policy.Decision]:
+    async def run_pass(self) -> list[policy.Decision]:
         """Decide for every kernel, keep each decision on its record (the model's ``policy``),
-        and act on them, the kernels side by side."""
+        and act on them, the kernels side by side.
+
+        Each source fails alone: a kernel that cannot be looked at is left out, a pool whose
+        waiting requests cannot be read has none this pass, a failed action is the kernel's
+        alone. A kernel whose GPUs could not be read (NVML failed or hung) counts as busy:
+        it may still be checkpointed, never suspended on figures that are not fresh.
+        """
         now = policy.now()
-        readings = GPUPool.instance().readings() if readings is None else readings
+        readings = await GPUPool.instance().readings()
+        if readings.error is None:
+            self.faults.worked("gpus")
+        else:
+            self.faults.failed("gpus", "", readings.error)
         kernel_ids = list(self.manager.kernel_manager.list_kernel_ids())
-        views = []
+        views: list[policy.KernelView] = []
+        policies: dict[str, policy.Policy] = {}
+        blind: set[str] = set()  # kernels on GPUs whose figures are not fresh
         for kernel_id in kernel_ids:
             try:
-                views.append(self.view(kernel_id, self.manager.model(kernel_id, readings), now))
-            except Exception:  # a kernel shut down meanwhile, say: the others are still decided
-                self.log.exception("gpuckpt policy could not look at kernel %s", kernel_id)
-        wanted = {v.kernel_id for v in views}
-        demand = await self.demand([k for k in kernel_ids if k in wanted])
+                model = self.manager.model_with(kernel_id, readings.gpus)
+                known = not readings.stale.intersection(g["uuid"] for g in model["gpus"])
+                policies[kernel_id] = self.policy_for(kernel_id)
+                views.append(self.view(kernel_id, model, now, gpus_known=known))
+            except Exception as e:  # a kernel shut down meanwhile, say: the others are still decided
+                policies.pop(kernel_id, None)
+                self.faults.failed("kernel", kernel_id, e)
+                continue
+            self.faults.worked("kernel", kernel_id)
+            if not known and model["execution_state"] != "busy":
+                blind.add(kernel_id)
+        demand = await self.demand([v.kernel_id for v in views])
         floors = policy.Floors(self.floors, await self.held(kernel_ids, views) if self.floors else {})
-        decisions = policy.plan(self.policy_for, views, demand, floors, now)
+        decisions = [policy.Decision(d.kernel_id, None, f"kept: its GPU use is unknown ({readings.problem})")
+                     if d.kernel_id in blind and d.action is None else d
+                     for d in policy.plan(policies.__getitem__, views, demand, floors, now)]
         await asyncio.gather(*(self._act(d, now) for d in decisions))
+        self.faults.retain(kernel_ids)
         return decisions
 
     async def _act(self, decision: policy.Decision, now: float) -> None:
@@ -171,14 +206,17 @@ class Reclaimer:
                 await self.manager.operations.checkpoint(kernel_id, reason="periodic")
             elif decision.action == "convert":
                 await self.manager.operations.convert(kernel_id, reason="policy")
-        except Exception:
-            self.log.exception("gpuckpt policy could not %s kernel %s", decision.action, kernel_id)
+        except Exception as e:  # the kernel's alone: the others' actions go on
+            self.faults.failed("action", kernel_id, e, f"the policy's {decision.action} of kernel {kernel_id}")
+        else:
+            if decision.action is not None:
+                self.faults.worked("action", kernel_id)
 
     def _announce(self, decision: policy.Decision) -> None:
         self.emit("policy", {"kernel_id": decision.kernel_id, "action": decision.action, "reason": decision.reason,
                              "due_in": decision.due_in, "for_demand": decision.for_demand})
 
-    def keep(self, kernel_id: str) -> dict[str, Any]:
+    async def keep(self, kernel_id: str) -> dict[str, Any]:
         """The user chose "Keep running": it counts as activity, so the warned suspend is off
         and the idle time starts again. Returns the kernel's model."""
         record = self.manager.record(kernel_id)
@@ -188,4 +226,4 @@ class Reclaimer:
         record.decision = policy.Decision(kernel_id, None, f"kept: {reason}").to_json()
         self.emit("policy", {"kernel_id": kernel_id, "action": "kept", "reason": reason, "due_in": None,
                              "for_demand": False})
-        return self.manager.model(kernel_id)
+        return await self.manager.model(kernel_id)

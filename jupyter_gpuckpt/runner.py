@@ -17,9 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import activity, kernel_calls
+from gpuckpt_store import protocol
+
+from . import kernel_calls
 from .errors import GPUCheckpointError, OperationFailed, StoreUnavailable
 from .events import Emit
+from .gpus import GPUPool
 from .lifecycle import KernelRecord, State
 
 if TYPE_CHECKING:
@@ -88,15 +91,17 @@ class OperationRunner:
             raise
         record.progress = None
         self.manager.records.save()
+        # whoever is told it is done (suspended, say) can count on the ledger: a server killed
+        # right after registers the kernel again as it was told
+        await self.manager.records.saved()
         self.emit(event, {"kernel_id": record.kernel_id, "phase": "done", "reason": reason, **op.done,
                           "seconds": time.time() - op.started})
 
-    async def _call(self, record: KernelRecord, function: str, event: str | None, *, unseen: bool = True,
-                    **args: Any) -> dict[str, Any]:
+    async def _call(self, record: KernelRecord, function: str, event: str | None, **args: Any) -> dict[str, Any]:
         """Run ``function`` in the kernel (see :mod:`.kernel_calls`); its result.
 
-        Its progress becomes the record's ``progress`` (0 to 1) and ``event`` events; with
-        ``unseen`` the call does not count as the user's activity.
+        Its progress becomes the record's ``progress`` (0 to 1) and ``event`` events. The call
+        is not the user's activity: a caller that runs it for the user says so itself.
         """
         kernel_id = record.kernel_id
         km = self.manager.km(kernel_id)
@@ -109,44 +114,45 @@ class OperationRunner:
                                   "bytes_total": total})
 
         settings = self.manager.settings
-        call = kernel_calls.call(km, function, ready_timeout=settings.ready_timeout,
-                                 stall_timeout=settings.stall_timeout,
-                                 alive=provisioner.running if provisioner else None, on_progress=on_progress,
-                                 **args)
-        if unseen:
-            async with activity.unseen(km):
-                answer = await call
-        else:
-            answer = await call
+        answer = await kernel_calls.call(km, function, ready_timeout=settings.ready_timeout,
+                                         stall_timeout=settings.stall_timeout,
+                                         alive=provisioner.running if provisioner else None,
+                                         on_progress=on_progress, **args)
         if not answer["ok"]:
             raise OperationFailed(answer["error"])
         return dict(answer["result"])
 
-    def _check_store(self, record: KernelRecord) -> None:
+    async def _check_store(self, record: KernelRecord) -> None:
         """Refuse before anything starts when the store cannot be written; the reason is also
         kept in ``last_error``, where the panel and ``jupyter gpuckpt list`` show it."""
         try:
-            self.manager.check_store()
+            await self.manager.check_store()
         except StoreUnavailable as e:
             record.last_error = str(e)
             raise
 
     def _result(self, kernel_id: str, outcome: str) -> dict[str, Any]:
-        return {**self.manager.model(kernel_id), "outcome": outcome}
+        """The kernel's model after an operation, with the GPUs' last reading (which GPUs it
+        holds is current; reading them again would keep the answer waiting on NVML)."""
+        return {**self.manager.model_with(kernel_id, GPUPool.instance().last.gpus), "outcome": outcome}
 
-    def _source(self, kernel_id: str, checkpoint_id: str) -> Path:
+    async def _source(self, kernel_id: str, checkpoint_id: str) -> Path:
         """Where to read a checkpoint from: host memory when its staged copy is there and the
         kernel runs on this host (no disk read), else the store."""
         provisioner = self.manager.provisioner(kernel_id)
         host = self.manager.host_memory
-        if provisioner is not None and provisioner.host_memory_shared and host.has(checkpoint_id):
+        if (provisioner is not None and provisioner.host_memory_shared
+                and await asyncio.to_thread(host.has, checkpoint_id)):
             return host.root
         return self.manager.settings.store_root
 
-    async def _restore(self, record: KernelRecord, checkpoint_id: str, event: str) -> dict[str, Any]:
-        source = self._source(record.kernel_id, checkpoint_id)
+    async def _restore(self, record: KernelRecord, checkpoint_id: str, event: str, comms_kept: bool) -> dict[str, Any]:
+        """Restore ``checkpoint_id`` into the kernel's new process; ``comms_kept``: the notebook's
+        pages kept the comms of the process checkpointed (see :data:`gpuckpt_store.protocol.COMMS_KEPT`)."""
+        source = await self._source(record.kernel_id, checkpoint_id)
+        args = {"checkpoint_id": checkpoint_id, protocol.COMMS_KEPT: comms_kept}
         try:
-            report = await self._call(record, "restore", event, checkpoint_id=checkpoint_id, store=str(source))
+            report = await self._call(record, "restore", event, store=str(source), **args)
         except OperationFailed:
             # a copy in host memory that could not be read: the store's, if it has it (a failed
             # restore leaves the kernel's namespace as it was)
@@ -154,7 +160,7 @@ class OperationRunner:
             if source == store or checkpoint_id not in await asyncio.to_thread(self.manager.store().ids):
                 raise
             source = store
-            report = await self._call(record, "restore", event, checkpoint_id=checkpoint_id, store=str(source))
+            report = await self._call(record, "restore", event, store=str(source), **args)
         record.report = {**report, "source": "host memory" if source == self.manager.host_memory.root else "store"}
         return record.report
 

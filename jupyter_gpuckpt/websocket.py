@@ -10,6 +10,14 @@ the restored state. If the kernel cannot be brought back, each held cell gets an
 saying why and is not run. The first cell after a restore also gets the restore report, as
 output, so every frontend shows what was (and was not) restored.
 
+A page keeps the ids of the kernel subshells it made (JupyterLab sends each comm target's
+messages on a subshell of its own) until it sees the kernel restart, which a resume is not to
+it: the restored process has none of them, and ipykernel would drop those messages. The first
+message naming one the kernel's current run does not have waits (with those after it) while
+this connection asks the kernel whether it has it (made through another connection) and, if
+not, creates one in its place; the page's messages then name that one. Sending them to the
+main shell instead would make widgets wait for a running cell until the page reloads.
+
 This is the one module that builds on jupyter_server's websocket connection class beyond
 its public methods (``_register_session``, ``_send_status_message``, ``_open_sockets``):
 there is no public hook for holding a kernel's messages.
@@ -19,27 +27,49 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import uuid
+from queue import Empty
 from typing import Any
 
 from jupyter_client.jsonutil import json_default
 from jupyter_server.services.kernels.connection.base import (
+    deserialize_binary_message,
     deserialize_msg_from_ws_v1,
+    serialize_binary_message,
     serialize_msg_to_ws_v1,
 )
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from jupyter_server.utils import ensure_async
 
 from .errors import KernelNotFound
+from .kernel_calls import INTERNAL_SESSION_PREFIX
 from .lifecycle import AWAY, State
 
 _V1 = "v1.kernel.websocket.jupyter.org"
+SUBSHELL_TIMEOUT = 10.0
+"""Seconds the kernel may take to list or create a subshell (its control thread answers even
+while a cell runs)."""
+
+
+class _Subshells:
+    """The subshell ids a page sends, for one run of the kernel: those the run has, and those
+    of an earlier run, each with the subshell made in its place (None if none could be: the
+    main shell then takes its messages)."""
+
+    def __init__(self, run: str | None) -> None:
+        self.run = run
+        self.live: set[str] = set()
+        self.renamed: dict[str, str | None] = {}
 
 
 class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
     """A ``ZMQChannelsWebsocketConnection`` that knows about suspended kernels."""
 
     _held: list[Any] | None = None
+    """The page's messages waiting, in order (None: none wait, messages go straight through)."""
     _releasing = False
+    _subshells: _Subshells | None = None
 
     @property
     def _manager(self) -> Any:
@@ -111,23 +141,97 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         if record is None:
             super().handle_incoming_message(incoming_msg)
             return
-        if record.state == State.RUNNING and not self._held and self._process_lost():
+        if record.state == State.RUNNING and self._held is None and self._process_lost():
             self._manager.failover.process_lost(self.kernel_id, restarting=False)
-        if record.state not in AWAY and not self._held:
+        channel, header = self._peek(incoming_msg)
+        if record.state not in AWAY and self._held is None and self._has_subshell(channel, header):
             if record.pending_report:
                 self._show_report(incoming_msg)
-            super().handle_incoming_message(incoming_msg)
+            super().handle_incoming_message(self._in_this_run(incoming_msg, channel, header))
             return
-        channel, header = self._peek(incoming_msg)
-        if header["msg_type"] == "kernel_info_request" and record.kernel_info:
+        if header["msg_type"] == "kernel_info_request" and record.kernel_info and record.state in AWAY:
             self._reply(channel, "kernel_info_reply", record.kernel_info, header)
             return
         if self._held is None:
             self._held = []
         self._held.append(incoming_msg)
-        if header["msg_type"] == "execute_request" and not self._releasing:
+        # a cell brings the kernel back; a running kernel only has a subshell to make
+        if (header["msg_type"] == "execute_request" or record.state not in AWAY) and not self._releasing:
             self._releasing = True
             self._manager.tasks.start(f"release held messages of {self.kernel_id}", self._release_when_back())
+
+    def handle_outgoing_message(self, stream: Any, outgoing_msg: list[Any]) -> None:
+        if getattr(stream, "channel", stream) == "control" and self._record() is not None:
+            _, parts = self.session.feed_identities(outgoing_msg)
+            if self.session.unpack(parts[1])["msg_type"] == "create_subshell_reply":
+                created = self.session.unpack(parts[4]).get("subshell_id")
+                if created:  # the page's, made in the kernel's current run
+                    self._subshells_now().live.add(created)
+        super().handle_outgoing_message(stream, outgoing_msg)
+
+    def _subshells_now(self) -> _Subshells:
+        """The page's subshell ids for the kernel's current run."""
+        provisioner = self._manager.provisioner(self.kernel_id)
+        run = provisioner.run_id if provisioner is not None else None
+        if self._subshells is None or self._subshells.run != run:
+            self._subshells = _Subshells(run)
+        return self._subshells
+
+    def _has_subshell(self, channel: str, header: dict[str, Any]) -> bool:
+        """Whether the kernel's current run has the subshell a message names (or one in its place)."""
+        subshell = header.get("subshell_id") if channel == "shell" else None
+        if subshell is None:
+            return True
+        subshells = self._subshells_now()
+        return subshell in subshells.live or subshell in subshells.renamed
+
+    def _in_this_run(self, message: Any, channel: str, header: dict[str, Any]) -> Any:
+        """``message``, naming the subshell made in place of the earlier run's one it names."""
+        if self._subshells is None or not self._subshells.renamed:
+            return message
+        renamed = self._subshells_now().renamed
+        if channel == "shell" and header.get("subshell_id") in renamed:
+            return self._rewritten(message, header={**header, "subshell_id": renamed[header["subshell_id"]]})
+        if header["msg_type"] == "delete_subshell_request":
+            content = self._content(message)
+            if content.get("subshell_id") in renamed:
+                return self._rewritten(message, content={**content, "subshell_id": renamed[content["subshell_id"]]})
+        return message
+
+    async def _make_subshell(self, subshell: str) -> None:
+        """Find whether the kernel's current run has the page's ``subshell`` (made through
+        another connection) or create one in its place (the page made it in an earlier run)."""
+        subshells = self._subshells_now()
+        client = self.kernel_manager.client()
+        client.session.session = f"{INTERNAL_SESSION_PREFIX}subshells-{uuid.uuid4().hex}"  # its sockets' identity
+        client.start_channels(shell=False, iopub=False, stdin=False, hb=False, control=True)
+        try:
+            if subshell in (await self._ask(client, "list_subshell_request")).get("subshell_id", ()):
+                subshells.live.add(subshell)
+                return
+            made = (await self._ask(client, "create_subshell_request")).get("subshell_id")
+            why = "the kernel made none"
+        except Exception as e:  # no answer in time, or the kernel went: the page's messages must not wait on
+            made, why = None, "the kernel did not answer" if isinstance(e, Empty) else str(e)
+        finally:
+            client.stop_channels()
+        if made is None:
+            self.log.warning("gpuckpt: no subshell in place of %s in kernel %s (%s): its messages go to the main "
+                             "shell", subshell, self.kernel_id, why)
+        else:
+            subshells.live.add(made)
+        subshells.renamed[subshell] = made
+
+    @staticmethod
+    async def _ask(client: Any, msg_type: str) -> dict[str, Any]:
+        """The content of the kernel's reply to a control request of ``client``'s own."""
+        request = client.session.msg(msg_type, {})
+        client.control_channel.send(request)
+        deadline = time.monotonic() + SUBSHELL_TIMEOUT
+        while True:
+            reply = await client.control_channel.get_msg(timeout=max(0.0, deadline - time.monotonic()))
+            if reply["parent_header"].get("msg_id") == request["header"]["msg_id"]:
+                return dict(reply["content"])
 
     def _process_lost(self) -> bool:
         """Whether the kernel's process has ended though nobody suspended it (the restarter
@@ -139,8 +243,37 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         if self.subprotocol == _V1:
             channel, parts = deserialize_msg_from_ws_v1(incoming_msg)
             return channel, json.loads(parts[0])
-        msg = json.loads(incoming_msg)
+        msg = self._legacy(incoming_msg)
         return msg.get("channel") or "shell", msg["header"]
+
+    def _content(self, incoming_msg: Any) -> dict[str, Any]:
+        if self.subprotocol == _V1:
+            return dict(json.loads(deserialize_msg_from_ws_v1(incoming_msg)[1][3]))
+        return dict(self._legacy(incoming_msg)["content"])
+
+    @staticmethod
+    def _legacy(incoming_msg: Any) -> dict[str, Any]:
+        """A message of the legacy protocol: JSON, or binary when it has buffers."""
+        if isinstance(incoming_msg, bytes):
+            return dict(deserialize_binary_message(incoming_msg))
+        return dict(json.loads(incoming_msg))
+
+    def _rewritten(self, incoming_msg: Any, header: dict[str, Any] | None = None,
+                   content: dict[str, Any] | None = None) -> Any:
+        """``incoming_msg`` with ``header`` or ``content`` in place of its own."""
+        if self.subprotocol == _V1:
+            channel, parts = deserialize_msg_from_ws_v1(incoming_msg)
+            parts = list(parts)
+            for index, part in ((0, header), (3, content)):
+                if part is not None:
+                    parts[index] = self.session.pack(part)
+            return serialize_msg_to_ws_v1(parts, channel)
+        msg = self._legacy(incoming_msg)
+        msg["header"] = header or msg["header"]
+        msg["content"] = content or msg["content"]
+        if isinstance(incoming_msg, bytes):
+            return serialize_binary_message(msg)
+        return json.dumps(msg, default=json_default)
 
     def _write(self, channel: str, msg: dict[str, Any]) -> None:
         if self.subprotocol == _V1:
@@ -191,11 +324,16 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
                 else:
                     break
             await ensure_async(self.kernel_manager.is_alive())
-            held, self._held = self._held or [], None
-            for message in held:
+            # messages that come meanwhile join the queue (it is None only once it is empty)
+            while self._held:
+                message = self._held.pop(0)
+                channel, header = self._peek(message)
+                if not self._has_subshell(channel, header):
+                    await self._make_subshell(header["subshell_id"])
                 if record.pending_report:
                     self._show_report(message)
-                super().handle_incoming_message(message)
+                super().handle_incoming_message(self._in_this_run(message, channel, header))
+            self._held = None
         finally:
             self._releasing = False
 

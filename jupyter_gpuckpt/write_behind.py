@@ -5,7 +5,8 @@ process of its own, so the server never imports the engine and a writer can be k
 cleanly), follows its progress, and retries it until the checkpoint is in the store: a
 failed or killed writer leaves the staged copy and every durable checkpoint as they were.
 A server stopped meanwhile kills its writers; the next one starts them again from the
-ledger (:meth:`WriteBehind.resume_pending`).
+ledger (:meth:`WriteBehind.resume_pending`). Host memory is shared by all of a user's servers:
+each handles only the staged copies of its own kernels.
 
 Events (``suspend``): ``writing`` (bytes of the durable write), ``write_failed`` (the
 reason, and when it is tried again), ``durable``.
@@ -17,9 +18,11 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from gpuckpt_store import list_checkpoints
+from gpuckpt_store import CheckpointInfo, list_checkpoints
 
 from .events import Emit
 from .lifecycle import AWAY, KernelRecord
@@ -33,6 +36,14 @@ PERMANENT = ("IntegrityError", "CheckpointNotFound", "RestoreError")
 """Writer errors that another attempt cannot mend: the staged copy is damaged or unreadable."""
 STAGED = "staged"
 DURABLE = "durable"
+
+
+def last_checkpoint_of(info: CheckpointInfo) -> dict[str, Any]:
+    """A kernel's ``last_checkpoint`` when it falls back to a durable checkpoint of the store
+    (its newest went): what the listing says of it."""
+    created = datetime.fromisoformat(info.created).timestamp() if info.created else None
+    return {"id": info.id, "bytes_total": info.nbytes, "variables": info.variables, "time": created,
+            "last_cell": None, "durability": DURABLE}
 
 
 class WriteBehind:
@@ -56,9 +67,18 @@ class WriteBehind:
         """The checkpoints being written now."""
         return {c for c, task in self._writing.items() if not task.done()}
 
-    async def resume_pending(self) -> None:
-        """After a server restart: write what a stopped server left staged, the copies of
-        kernels it no longer knows (shut down meanwhile) included; drop those already written."""
+    async def resume_pending(self, ours: Callable[[str], bool]) -> None:
+        """After a server restart: write what this server left staged when it stopped, the
+        copies of kernels it no longer knows (shut down meanwhile) included; drop those already
+        written that no kernel of this server needs.
+
+        Parameters
+        ----------
+        ours
+            Whether a kernel that this server does not run is this server's (in its entries of
+            the ledger, or adopted), whose staged copies it handles. Another running server's
+            copies are left alone: it writes them, and keeps those its kernels resume from.
+        """
         for record in self.manager.records:
             last = record.last_checkpoint or {}
             if last.get("durability") == STAGED:
@@ -68,6 +88,8 @@ class WriteBehind:
             if info.id in self._writing or not info.kernel_id:
                 continue
             known = self.manager.records.get(info.kernel_id)
+            if known is None and not ours(info.kernel_id):
+                continue
             if info.id not in durable:
                 self.start(known or KernelRecord(info.kernel_id), info.id)
             elif known is None:
@@ -87,9 +109,9 @@ class WriteBehind:
         started = time.monotonic()
         try:
             while True:
-                if not host.has(checkpoint_id):
+                if not await asyncio.to_thread(host.has, checkpoint_id):
                     if checkpoint_id not in await asyncio.to_thread(self.manager.store().ids):
-                        self._lost(record, checkpoint_id)
+                        await self._lost(record, checkpoint_id)
                         return
                     result: dict[str, Any] = {}  # a writer finished it, and its server stopped before it heard
                     break
@@ -99,7 +121,7 @@ class WriteBehind:
                     break
                 if result.get("kind") in PERMANENT:  # a damaged copy: retrying cannot help
                     await asyncio.to_thread(host.drop, checkpoint_id)
-                    self._lost(record, checkpoint_id, f"could not be written to the store ({error})")
+                    await self._lost(record, checkpoint_id, f"could not be written to the store ({error})")
                     return
                 wait = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS)) - 1]
                 record.write_behind = {"checkpoint_id": checkpoint_id, "attempts": attempt, "error": error}
@@ -158,15 +180,18 @@ class WriteBehind:
         tail = errors.splitlines()[-1] if errors else "no output"
         return last, f"the writer process ended with code {code} before it finished ({tail})"
 
-    def _lost(self, record: KernelRecord, checkpoint_id: str,
-              why: str = "was lost before it reached the store (host memory was cleared)") -> None:
+    async def _lost(self, record: KernelRecord, checkpoint_id: str,
+                    why: str = "was lost before it reached the store (host memory was cleared)") -> None:
         """The staged copy is gone, or damaged, before it was written. The kernel falls back
         to its last durable checkpoint, and says so."""
         record.write_behind = None
         if (record.last_checkpoint or {}).get("id") != checkpoint_id:
             return
         durable = record.durable_checkpoint
-        record.last_checkpoint = {"id": durable, "durability": DURABLE, "time": None} if durable else None
+        infos = await asyncio.to_thread(list_checkpoints, self.manager.store()) if durable else []
+        fallback = next((info for info in infos if info.id == durable and not info.problem), None)
+        record.last_checkpoint = (last_checkpoint_of(fallback) if fallback else
+                                  {"id": durable, "durability": DURABLE, "time": None} if durable else None)
         record.notice = (f"The staged checkpoint {checkpoint_id} {why}; " +
                          (f"the kernel resumes from {durable}, its last durable checkpoint." if durable else
                           "there is no earlier checkpoint to resume from."))

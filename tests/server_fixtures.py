@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
+
+import psutil
 
 from jupyter_gpuckpt.kernelspec import slurm_config
 
@@ -88,3 +92,34 @@ async def ws_execute(ws: Any, code: str, timeout: float = 120) -> tuple[dict[str
         elif msg["msg_type"] == "execute_reply":
             reply = msg
     return reply, iopub
+
+
+@asynccontextmanager
+async def loop_stalls() -> AsyncIterator[list[float]]:
+    """Measure, while inside, how long the event loop is away at most: the list holds the
+    gaps between 20 ms ticks (its max is the longest stall)."""
+    loop = asyncio.get_running_loop()
+    gaps, ticking = [0.0], True
+
+    async def ticker() -> None:
+        while ticking:
+            before = loop.time()
+            await asyncio.sleep(0.02)
+            gaps.append(loop.time() - before)
+
+    ticks = asyncio.ensure_future(ticker())
+    try:
+        yield gaps
+    finally:
+        ticking = False
+        await ticks
+
+
+def write_behind_writers(checkpoint_id: str) -> list[psutil.Process]:
+    """The write-behind processes writing ``checkpoint_id`` to the store now."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if "kernel_hooks.write_behind" in cmdline and checkpoint_id in cmdline:
+            found.append(process)
+    return found

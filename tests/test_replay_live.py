@@ -118,7 +118,7 @@ async def test_live_replay_on_a_real_gpu_agrees_with_the_simulator(gpu_server: t
     import torch
 
     assert torch.cuda.is_available(), "the kernels' cells would hold numpy arrays, not CUDA memory"
-    gpus = GPUPool.instance().readings()
+    gpus = (await GPUPool.instance().readings()).gpus
     assert gpus and not gpus[0].uuid.startswith("GPU-test"), gpus
     url, token = await _started(gpu_server)
     one = Trace([_session("a", 0, [SHORT, LONG, SHORT, LONG], SHORT)], "live-gpu")

@@ -40,6 +40,7 @@ async def test_a_shut_down_suspended_kernel_is_forgotten(jp_fetch, jp_serverapp)
 
     await jp_fetch("api", "kernels", kernel_id, method="DELETE")
 
+    await app.manager.records.saved()  # the shutdown's write, in the background
     assert kernel_id not in json.loads(ledger.read_text())  # not registered again after a restart
     assert app.manager.records.get(kernel_id) is None
     assert kernel_id not in app.manager.watcher.watching()  # its IOPub watcher is closed

@@ -23,6 +23,7 @@ from server_fixtures import SLURM_KERNELSPECS, api, run, start_kernel
 from traitlets.config import Config
 
 from jupyter_gpuckpt.kernelspec import kernelspec_json
+from jupyter_gpuckpt.ledger import Ledger
 from jupyter_gpuckpt.placement import GPUCheckpointProvisioner, slurm_commands, slurm_queue
 from jupyter_gpuckpt.placement.slurm import SlurmPlacement
 
@@ -70,8 +71,8 @@ def placement(partition: str) -> SlurmPlacement:
     return SlurmPlacement(kernel_id=str(uuid.uuid4()), partition=partition, poll_interval=0.0)
 
 
-def tag(group: str, kernel_id: str, store: Path) -> str:
-    return f"--comment={slurm_queue.KernelTag.of(group, kernel_id, store)}"
+def tag(group: str, kernel_id: str, store: Path, server: str | None = None) -> str:
+    return f"--comment={slurm_queue.KernelTag.of(group, kernel_id, store, server)}"
 
 
 @pytest.mark.parametrize(("tres", "gpus"), [
@@ -83,9 +84,13 @@ def test_gpu_requests_are_read_in_the_formats_of_both_slurm_versions(tres: str, 
 
 
 def test_the_tag_reads_back() -> None:
-    tag = slurm_queue.KernelTag.of("data science", "1a2b", Path("/store"))
+    tag = slurm_queue.KernelTag.of("data science", "1a2b", Path("/store"), "0123456789abcdef")
     assert str(tag).startswith("jupyter-gpuckpt group=data_science kernel=1a2b store=")
+    assert str(tag).endswith(" server=0123456789abcdef")
     assert slurm_queue.KernelTag.parse(str(tag)) == tag
+    older = slurm_queue.KernelTag.parse(f"jupyter-gpuckpt group=g kernel=1a2b store={tag.store}")  # no server
+    assert older == slurm_queue.KernelTag("g", "1a2b", tag.store, "")
+    assert str(slurm_queue.KernelTag.of("g", "1a2b", Path("/store"))) == str(older)
     assert slurm_queue.KernelTag.parse("(null)") is None and slurm_queue.KernelTag.parse("") is None
 
 
@@ -145,7 +150,7 @@ async def test_a_restarted_server_cancels_the_kernel_jobs_it_lost_track_of(
     ledger = {kept: {"placement": "slurm", "job_id": jobs["kept"], "node": "node2", "run": 1},
               stale: {"placement": "slurm", "job_id": "999999", "node": "node3", "run": 3}}
     with caplog.at_level(logging.WARNING):
-        ended = await SlurmPlacement.collect_orphans(ledger)
+        ended = await SlurmPlacement.collect_orphans(ledger, ())
     assert sorted(ended) == sorted([f"Slurm job {jobs['lost']} (kernel {lost})",
                                     f"Slurm job {jobs['lost pending']} (kernel {lost})",
                                     f"Slurm job {jobs['stale']} (kernel {stale})"])
@@ -156,7 +161,31 @@ async def test_a_restarted_server_cancels_the_kernel_jobs_it_lost_track_of(
     states = {name: slurm.job_state(job) for name, job in jobs.items()}
     assert states["kept"] == "RUNNING"
     assert {states[n] for n in ("launched", "other store", "not a kernel")} <= {"PENDING", "RUNNING"}
-    assert await GPUCheckpointProvisioner.collect_orphans(ledger) == []  # local kernels end with their server
+    assert await GPUCheckpointProvisioner.collect_orphans(ledger, ()) == []  # local kernels end with their server
+
+
+async def test_a_starting_server_cancels_no_job_of_another_running_server(
+        slurm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Jobs that no ledger knows yet, tagged with their server: another running server's
+    (just submitted: its ledger write comes after sbatch) is left alone; this server's, a
+    stopped server's and an older server's (a tag without one) are cancelled."""
+    monkeypatch.setattr(GPUCheckpointProvisioner, "store_root", tmp_path)
+    log = logging.getLogger("test_slurm_reclaim")
+    me, other, gone = (Ledger(tmp_path / "ledger.json", lambda n=name: n, log) for name in ("lab-a", "lab-b", "lab-c"))
+    for ledger in (me, other, gone):
+        ledger.save({})
+    servers = {"mine": me.key, "other": other.key, "gone": gone.key, "older": None}
+    gone.close()
+    kernels = {name: str(uuid.uuid4()) for name in servers}
+    jobs = {name: slurm.submit(["-p", "gpu", "--gres=gpu:1", tag("g", kernels[name], tmp_path, server), *SLEEPER])
+            for name, server in servers.items()}
+
+    ended = await SlurmPlacement.collect_orphans({}, me.live_servers())
+
+    assert sorted(ended) == sorted(f"Slurm job {jobs[n]} (kernel {kernels[n]})" for n in ("mine", "gone", "older"))
+    await until(lambda: asyncio.to_thread(lambda: slurm.job_state(jobs["gone"]) == "CANCELLED"), 30,
+                "the stopped server's job to end")
+    assert slurm.job_state(jobs["other"]) in ("PENDING", "RUNNING")
 
 
 def test_a_server_killed_while_submitting_finds_the_job_at_restart_and_cancels_it(tmp_path: Path,
@@ -245,6 +274,8 @@ async def test_a_group_floor_keeps_the_kernel_despite_a_pending_gpu_job(
     assert await provisioner.group_gpus() == {"vision": 1}  # read from the kernel job's tag
     [comment] = [line for line in slurm._run("squeue", "-h", "-o", "%k").splitlines() if kernel_id in line]
     assert comment.startswith(f"jupyter-gpuckpt group=vision kernel={kernel_id} store=")
+    ledger = jp_serverapp.web_app.settings["gpuckpt_app"].manager.records.ledger
+    assert comment.endswith(f" server={ledger.key}")  # which server runs it, for the others to tell
 
     waiting = slurm.submit(["-p", "gpu", "--gres=gpu:1", *SLEEPER])
 

@@ -9,15 +9,16 @@ import json
 import os
 import shutil
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 from live_server import KERNEL_NAME, running_server
-from server_fixtures import api, run, start_kernel
+from server_fixtures import api, run, start_kernel, write_behind_writers
 
 from gpuckpt_store import CheckpointStore
 from jupyter_gpuckpt import events
@@ -75,15 +76,6 @@ async def _durable(jp_fetch: Any, kernel_id: str, timeout: float = 60) -> dict[s
     return model
 
 
-def _writers(checkpoint_id: str) -> list[psutil.Process]:
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = process.info["cmdline"] or []
-        if "kernel_hooks.write_behind" in cmdline and checkpoint_id in cmdline:
-            found.append(process)
-    return found
-
-
 async def _kill_the_writer_mid_write(jp_fetch: Any, kernel_id: str, checkpoint_id: str) -> None:
     """SIGKILL the write-behind of ``checkpoint_id`` once it has written some bytes."""
 
@@ -91,7 +83,7 @@ async def _kill_the_writer_mid_write(jp_fetch: Any, kernel_id: str, checkpoint_i
         return bool(((await api(jp_fetch, "kernels", kernel_id))["write_behind"] or {}).get("bytes_done"))
 
     await _until(writing, 30, "the writer to write")
-    [writer] = _writers(checkpoint_id)
+    [writer] = write_behind_writers(checkpoint_id)
     os.kill(writer.pid, signal.SIGKILL)
 
 
@@ -183,6 +175,8 @@ async def test_a_staged_copy_lost_before_it_reached_the_store_falls_back_to_the_
     model = await api(jp_fetch, "kernels", kernel_id)
     assert f"The staged checkpoint {checkpoint_id} was lost before it reached the store" in model["notice"]
     assert f"the kernel resumes from {previous['id']}" in model["notice"]
+    assert model["last_checkpoint"]["bytes_total"] == previous["bytes_total"]
+    assert 0 <= previous["time"] - model["last_checkpoint"]["time"] < 2  # when it was taken, to the second
     assert model["state"] == "suspended" and checkpoint_id not in store.ids()
     model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
     assert model["report"]["source"] == "store"
@@ -245,7 +239,7 @@ def test_a_server_restarted_during_the_write_behind_finishes_it(tmp_path: Path) 
         while not (server.api("GET", f"api/gpuckpt/kernels/{kernel_id}")["write_behind"] or {}).get("bytes_done"):
             assert time.monotonic() < deadline, "the write-behind did not start"
             time.sleep(0.1)
-    assert _writers(checkpoint_id) == []  # the stopped server ended its writer mid-write
+    assert write_behind_writers(checkpoint_id) == []  # the stopped server ended its writer mid-write
     store = CheckpointStore(tmp_path / "data" / "gpuckpt" / "store")
     assert checkpoint_id not in store.ids()
 
@@ -276,6 +270,49 @@ def test_a_staging_folder_another_user_planted_is_not_used(tmp_path: Path) -> No
     assert oct((tmp_path / "mine" / getpass.getuser()).stat().st_mode & 0o777) == oct(0o700)  # private
 
 
+class _SlowToAnswer(Collection[str]):
+    """The staged copies a take must keep, each answered in up to 5 s: a take that walks a
+    full host memory (or a slow one) for that long."""
+
+    def __init__(self) -> None:
+        self.asked = threading.Event()
+        self.answer = threading.Event()
+
+    def __contains__(self, checkpoint_id: object) -> bool:
+        self.asked.set()
+        self.answer.wait(5)
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def test_a_share_is_given_back_without_waiting_for_a_take_under_way(tmp_path: Path) -> None:
+    """The event loop gives back a finished suspend's share while another suspend's take walks
+    the staged copies in a thread: it must not wait for that walk."""
+    host = HostMemory(tmp_path / "staging", 1 << 20)
+    staged = host.store()
+    staged.prepare()
+    copy = staged.checkpoints / staged.new_id()  # a staged copy the take looks at
+    copy.mkdir()
+    (copy / "manifest.json").write_text("{}")
+    first = host.take((), 0, durable=lambda _: True)  # a suspend under way holds all that is free
+    needed = _SlowToAnswer()
+    taking = threading.Thread(target=host.take, args=(needed, 1000), kwargs={"durable": lambda _: True})
+    taking.start()
+    assert needed.asked.wait(10)
+    started = time.monotonic()
+    host.give_back(first)
+    waited = time.monotonic() - started
+    needed.answer.set()
+    taking.join(10)
+    assert waited < 0.5, f"giving back waited {waited:.1f} s for the other take"
+    assert host.reserved == 0
+
+
 def test_host_memory_sizes_and_the_default_place() -> None:
     assert parse_limit("512M") == 512 << 20 and parse_limit("8GiB") == 8 << 30 and parse_limit("1000") == 1000
     assert parse_limit("25%") == physical_memory() // 4
@@ -284,3 +321,21 @@ def test_host_memory_sizes_and_the_default_place() -> None:
         with pytest.raises(ValueError, match="size|at most"):
             parse_limit(bad)
     assert default_root().parent == Path("/dev/shm")  # memory: gone with the node, never on a disk
+
+
+def test_room_is_made_only_by_dropping_copies_already_in_the_store(kernels: Any) -> None:
+    """The staging folder is shared by the user's servers: a copy not yet in the store may be
+    another server's, its write-behind still to come, and is never dropped for room."""
+    host = HostMemory(kernels.root / "staging", 1 << 30)
+    k = kernels.start()
+    k.ok("import numpy as np; a = np.random.default_rng(0).random(1 << 18)")  # 2 MB that no chunk repeats
+    pending = k.save(host.root)  # the oldest, so the first a drop would take
+    k.ok("a = np.random.default_rng(1).random(1 << 18)")
+    durable = k.save(host.root)
+    host.limit = host.used() + (1 << 20)  # room for 1 MB more: a 3 MB state needs a drop
+    share = host.take((), 3 << 20, durable=lambda checkpoint_id: checkpoint_id == durable)
+    assert host.ids() == [pending]  # the durable copy made the room, the other one stays
+    assert share >= 3 << 20
+    host.give_back(share)
+    assert host.take((), 8 << 20, durable=lambda checkpoint_id: checkpoint_id == durable) == 0
+    assert host.ids() == [pending] and host.reserved == 0

@@ -10,7 +10,7 @@ and why its last run ended. jupyter_client instantiates it from the kernelspec's
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -147,6 +147,10 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     store_root: ClassVar[Path | None] = None
     """The server's checkpoint store, set by the extension as it starts: where a kernel that
     checkpoints itself (told to end by its placement) writes."""
+    server_key: ClassVar[str | None] = None
+    """The key of the server's identity (:func:`~jupyter_gpuckpt.ledger.server_key`), set once
+    the server holds it, as it registers the ledger's kernels again: a Slurm kernel's job
+    carries it, so that only its server (or the next one, once it is gone) ends it untracked."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         chosen = placement_class(str(kwargs.get("placement") or "local")) if cls is GPUCheckpointProvisioner else cls
@@ -243,17 +247,22 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
         return None
 
     @classmethod
-    async def collect_orphans(cls, runs: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
-        """End the kernel runs of this server that outlived it untracked (a Slurm job submitted
-        as the server was killed, before the ledger knew it); one line per run ended. The
-        manager calls it for each placement class as the server starts, before it registers
-        the ledger's kernels again; placements whose kernels end with the server have none.
+    async def collect_orphans(cls, runs: Mapping[str, Mapping[str, Any] | None],
+                              others: Collection[str]) -> list[str]:
+        """End the kernel runs that outlived their server untracked (a Slurm job submitted as
+        the server was killed, before the ledger knew it): this server's, and those of servers
+        that are gone; one line per run ended. The manager calls it for each placement class as
+        the server starts, before it registers the ledger's kernels again; placements whose
+        kernels end with the server have none.
 
         Parameters
         ----------
         runs
             Kernel id -> the :meth:`ledger_info` the ledger keeps for it (None: none), for
             every kernel in the ledger.
+        others
+            The :attr:`server_key` of every other server that runs now: their runs are theirs,
+            even one their ledger entries do not show yet (just submitted).
         """
         return []
 

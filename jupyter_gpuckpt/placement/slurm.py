@@ -10,7 +10,7 @@ server's failover restores the kernel there (:meth:`departure` says why it moved
 The job's files (script, connection file with the key, the kernel's exit note) are in the
 kernel's folder of the store, which every node must see (``jupyter gpuckpt doctor``).
 
-Each job carries a tag in its ``--comment`` (:class:`~.slurm_commands.KernelTag`): from it
+Each job carries a tag in its ``--comment`` (:class:`~.slurm_queue.KernelTag`): from it
 every server reads the GPUs each group's kernels hold (the policy's floors), and a restarted
 server finds the jobs of its kernels it lost track of (:meth:`SlurmPlacement.collect_orphans`).
 The policy's demand is Slurm's own queue: GPU jobs pending in the kernel's partition.
@@ -24,7 +24,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -159,17 +159,21 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         return held
 
     @classmethod
-    async def collect_orphans(cls, runs: Mapping[str, Mapping[str, Any] | None]) -> list[str]:
+    async def collect_orphans(cls, runs: Mapping[str, Mapping[str, Any] | None],
+                              others: Collection[str]) -> list[str]:
         """Cancel this user's kernel jobs of this server's store that the ledger does not
-        keep: the server stopped while submitting them (before the ledger knew the job), so
+        keep: their server stopped while submitting them (before the ledger knew the job), so
         nothing would follow or end them, and they would hold their GPUs until their time
-        limit. Jobs of kernels this server has launched or taken over since are left alone.
+        limit. Jobs of kernels this server has launched or taken over since, and those of
+        another server that runs (its tag names it), are left alone.
 
         Parameters
         ----------
         runs
             Kernel id -> the :meth:`ledger_info` the ledger keeps for it (None: none), for
             every kernel in the ledger.
+        others
+            The keys of the other servers that run now.
         """
         if shutil.which("squeue") is None:  # no Slurm here: no job of ours either
             return []
@@ -178,7 +182,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         cancelled = []
         for job in await slurm_queue.own_kernel_jobs():
             tag = job.tag
-            if tag is None or tag.store != store or tag.kernel_id in ours:
+            if tag is None or tag.store != store or tag.kernel_id in ours or tag.server in others:
                 continue
             kept = runs.get(tag.kernel_id)
             if kept is not None and str(kept.get("job_id")) == job.job_id:
@@ -265,7 +269,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             args.append(f"--time={self.time}")
         if self._cwd:
             args.append(f"--chdir={self._cwd}")
-        tag = slurm_queue.KernelTag.of(self.kernel_group(), self.kernel_id, self._store)
+        tag = slurm_queue.KernelTag.of(self.kernel_group(), self.kernel_id, self._store, self.server_key)
         return [*args, *self.sbatch_args, f"--comment={tag}"]
 
     def _gpu_constraint(self, needs: GPUNeeds) -> tuple[str, str]:

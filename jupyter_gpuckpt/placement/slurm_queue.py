@@ -31,18 +31,23 @@ _SPACE = re.compile(r"\s")
 @dataclass(frozen=True)
 class KernelTag:
     """What a kernel job's ``--comment`` says, for every server to read (squeue ``%k``):
-    ``jupyter-gpuckpt group=GROUP kernel=KERNEL_ID store=KEY``. The group lets each server
-    count what every group's kernels hold (the policy's floors); the kernel id and the key of
-    the server's store let a restarted server find the jobs it lost track of, and only its own."""
+    ``jupyter-gpuckpt group=GROUP kernel=KERNEL_ID store=KEY server=SERVER``. The group lets
+    each server count what every group's kernels hold (the policy's floors); the kernel id, the
+    key of the server's store and the key of the server's identity let a restarted server find
+    the jobs it lost track of, and only its own (or those of a server that is gone). A tag
+    without ``server`` (an older server's, or one written before the server held its identity)
+    names none."""
 
     group: str
     kernel_id: str
     store: str
+    server: str = ""
 
     @classmethod
-    def of(cls, group: str, kernel_id: str, store_root: Path) -> KernelTag:
+    def of(cls, group: str, kernel_id: str, store_root: Path, server: str | None = None) -> KernelTag:
         """The tag of a kernel job (white space in a word, which would split it, becomes ``_``)."""
-        return cls(_SPACE.sub("_", group), _SPACE.sub("_", kernel_id), store_key(store_root))
+        return cls(_SPACE.sub("_", group), _SPACE.sub("_", kernel_id), store_key(store_root),
+                   _SPACE.sub("_", server or ""))
 
     @classmethod
     def parse(cls, comment: str) -> KernelTag | None:
@@ -53,10 +58,11 @@ class KernelTag:
         fields = {key: value for key, _, value in (w.partition("=") for w in words[1:])}
         if not fields.get("kernel"):
             return None
-        return cls(fields.get("group", ""), fields["kernel"], fields.get("store", ""))
+        return cls(fields.get("group", ""), fields["kernel"], fields.get("store", ""), fields.get("server", ""))
 
     def __str__(self) -> str:
-        return f"{TAG} group={self.group} kernel={self.kernel_id} store={self.store}"
+        server = f" server={self.server}" if self.server else ""
+        return f"{TAG} group={self.group} kernel={self.kernel_id} store={self.store}{server}"
 
 
 def store_key(store_root: Path) -> str:

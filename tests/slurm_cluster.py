@@ -146,17 +146,36 @@ class SlurmCluster:
             time.sleep(0.2)
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on the cluster is marked ``slurm`` (``-m "not slurm"`` leaves them out), and
+    with JUPYTER_GPUCKPT_SKIP_SLURM=1 each is skipped with that reason, which ``-ra`` lists."""
+    skip = pytest.mark.skip(reason=f"{SKIP}=1: the Slurm tests are skipped on purpose")
+    for item in items:
+        if "slurm_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slurm)
+        if os.environ.get(SKIP) == "1" and item.get_closest_marker("slurm"):
+            item.add_marker(skip)
+
+
+def _missing_requirements() -> list[str]:
+    """What this machine lacks to run the testbed, each with how to get it (none: it can run)."""
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("the Slurm testbed needs root (it starts munged, slurmctld, slurmd and a network namespace)")
+    if binaries := [b for b in BINARIES if not shutil.which(b)]:
+        missing.append(f"{', '.join(binaries)} missing: run {os.path.relpath(SCRIPT)} install")
+    return missing
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster() -> Iterator[SlurmCluster]:
-    """Start the testbed once per session and stop it at the end. Missing Slurm fails the tests
-    (skipped Slurm tests are too easy to miss) unless JUPYTER_GPUCKPT_SKIP_SLURM=1."""
-    if os.environ.get(SKIP) == "1":
-        pytest.skip(f"{SKIP}=1: the Slurm tests are skipped on purpose")
-    if os.geteuid() != 0:
-        pytest.skip("the Slurm testbed needs root (it starts munged, slurmctld, slurmd and a network namespace)")
-    if missing := [b for b in BINARIES if not shutil.which(b)]:
-        pytest.fail(f"{', '.join(missing)} missing: run {os.path.relpath(SCRIPT)} install "
-                    f"(or set {SKIP}=1 to skip the Slurm tests on purpose)", pytrace=False)
+    """Start the testbed once per session and stop it at the end. A missing requirement fails
+    the tests, saying what is missing (a skip is too easy to miss); JUPYTER_GPUCKPT_SKIP_SLURM=1
+    skips them on purpose (see :func:`pytest_collection_modifyitems`)."""
+    if missing := _missing_requirements():
+        pytest.fail(f"{'; '.join(missing)} (or set {SKIP}=1, or -m 'not slurm', to leave the Slurm tests out on "
+                    "purpose)", pytrace=False)
     started = subprocess.run([str(SCRIPT), "start"], capture_output=True, text=True, timeout=120)
     if started.returncode:
         subprocess.run([str(SCRIPT), "stop"], capture_output=True, timeout=60)

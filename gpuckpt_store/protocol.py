@@ -1,6 +1,6 @@
 """The wire names of the server's calls into a kernel, spelled once for both sides.
 
-The server (``jupyter_gpuckpt.kernel_calls``) sends a :data:`REQUEST` on the kernel's shell
+The server (``jupyter_gpuckpt.kernels.kernel_calls``) sends a :data:`REQUEST` on the kernel's shell
 channel, its content ``{"call": NAME, "args": {...}}``; the kernel
 (``kernel_hooks.ipython.server_calls``) answers on IOPub, the request as parent:
 :data:`PROGRESS` messages while it works, then one :data:`REPLY`. They are message types of

@@ -9,6 +9,6 @@ __version__ = "0.1.0"
 
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
-    from .app import GPUCheckpointApp
+    from .extension.app import GPUCheckpointApp
 
     return [{"module": "jupyter_gpuckpt", "app": GPUCheckpointApp}]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from live_server import JUPYTER, KERNEL_NAME, TOKEN, Server, jupyter_env, running_server
 
-from jupyter_gpuckpt.cli_client import CLIError, _pick
+from jupyter_gpuckpt.cli.client import CLIError, _pick
 
 
 def _ok(result: subprocess.CompletedProcess[str]) -> str:

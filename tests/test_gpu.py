@@ -79,7 +79,7 @@ def test_cupy_arrays_round_trip(kernels):
 async def test_server_assigns_a_real_gpu_by_uuid_and_frees_it_on_suspend(jp_fetch, jp_serverapp):
     from server_fixtures import api, run, start_kernel
 
-    from jupyter_gpuckpt.gpus import read_nvml
+    from jupyter_gpuckpt.placement.gpus import read_nvml
 
     gpus = read_nvml()
     assert gpus, "NVML sees no GPU on a machine where torch does"

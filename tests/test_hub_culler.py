@@ -18,7 +18,7 @@ import pytest
 from hub_fixtures import KERNEL_NAME, Hub, running_hub
 from server_fixtures import run, start_kernel
 
-from jupyter_gpuckpt.app import GPUCheckpointApp
+from jupyter_gpuckpt.extension.app import GPUCheckpointApp
 
 POLICY_USER = "carol"
 """Idle 3 s, the policy suspends her kernel; then the culler stops her server."""

@@ -15,8 +15,8 @@ def _loaded_after(statement: str) -> set[str]:
 
 
 def test_the_server_side_does_not_import_the_engine() -> None:
-    loaded = _loaded_after("import jupyter_gpuckpt.app, jupyter_gpuckpt.handlers, jupyter_gpuckpt.cli, "
-                           "jupyter_gpuckpt.doctor")
+    loaded = _loaded_after("import jupyter_gpuckpt.extension.app, jupyter_gpuckpt.extension.handlers, jupyter_gpuckpt.cli.main, "
+                           "jupyter_gpuckpt.cli.doctor")
     assert "gpuckpt_store" in loaded
     assert not {m for m in loaded if m.split(".")[0] in ("kernel_hooks", "cloudpickle", "blake3")}
 

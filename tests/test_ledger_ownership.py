@@ -32,16 +32,16 @@ from live_server import KERNEL_NAME, Server, running_server
 from server_fixtures import api, loop_stalls, run, start_kernel, write_behind_writers
 
 from gpuckpt_store import CheckpointStore
-from jupyter_gpuckpt.kernelspec import kernelspec_json
-from jupyter_gpuckpt.ledger import Ledger, default_server_id, server_key
-from jupyter_gpuckpt.lifecycle import State
-from jupyter_gpuckpt.records import KernelRecords
+from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
+from jupyter_gpuckpt.kernels.ledger import Ledger, default_server_id, server_key
+from jupyter_gpuckpt.kernels.lifecycle import State
+from jupyter_gpuckpt.kernels.records import KernelRecords
 
 LOG = logging.getLogger("test_ledger_ownership")
 WRITER = textwrap.dedent("""
     import logging, os, signal, sys
     from pathlib import Path
-    from jupyter_gpuckpt.ledger import Ledger
+    from jupyter_gpuckpt.kernels.ledger import Ledger
 
     path, name, rounds, die = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4] == "die"
     ledger = Ledger(path, lambda: name, logging.getLogger(name))

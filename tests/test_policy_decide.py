@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from jupyter_gpuckpt.policy import (
+from jupyter_gpuckpt.policy.decisions import (
     LIMITS,
     Decision,
     Demand,
@@ -21,7 +21,7 @@ from jupyter_gpuckpt.policy import (
     plan,
     rhythm_limit,
 )
-from jupyter_gpuckpt.policy_overrides import overridden
+from jupyter_gpuckpt.policy.overrides import overridden
 
 NOW = 10_000.0
 MIN = 60.0

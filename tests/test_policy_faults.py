@@ -26,9 +26,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import api, loop_stalls, run, start_kernel
 
 from gpuckpt_store import writable_problem
-from jupyter_gpuckpt import app as gpuckpt_app
-from jupyter_gpuckpt import manager as gpuckpt_manager
-from jupyter_gpuckpt.gpus import TEST_GPUS, GPUPool
+from jupyter_gpuckpt.extension import app as gpuckpt_app
+from jupyter_gpuckpt.kernels import manager as gpuckpt_manager
+from jupyter_gpuckpt.placement.gpus import TEST_GPUS, GPUPool
 
 GPU = {"uuid": "GPU-test-a", "name": "Test GPU", "memory_total": 80 << 30}
 

@@ -18,11 +18,11 @@ from server_fixtures import KERNEL_NAME, api, start_kernel
 from traitlets import TraitError
 from traitlets.config import Config
 
-from jupyter_gpuckpt.app import GPUCheckpointApp
-from jupyter_gpuckpt.kernelspec import kernelspec_json
-from jupyter_gpuckpt.policy import POLICY_FIELDS, KernelView, Policy, decide
-from jupyter_gpuckpt.policy_overrides import TIGHTER, overridden
-from jupyter_gpuckpt.reclaim import unix_group, user_name
+from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
+from jupyter_gpuckpt.extension.app import GPUCheckpointApp
+from jupyter_gpuckpt.policy.decisions import POLICY_FIELDS, KernelView, Policy, decide
+from jupyter_gpuckpt.policy.overrides import TIGHTER, overridden
+from jupyter_gpuckpt.policy.reclaim import unix_group, user_name
 
 ADMIN = Policy(idle_timeout=1800.0, warn_before=60.0, checkpoint_interval=600.0)
 

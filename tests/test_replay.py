@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from jupyter_gpuckpt.policy import Policy
+from jupyter_gpuckpt.policy.decisions import Policy
 from jupyter_gpuckpt.replay import Cell, CostModel, Session, Setting, Trace, generate, read_trace, simulate, write_trace
 
 COSTS = CostModel()  # 0.4 GB/s write + 0.45 s, 0.8 GB/s read + 1.64 s, 1.07 s kernel start
@@ -139,7 +139,7 @@ CONTRACT = {"policy", "gpu_hours_reserved", "gpu_hours_busy", "gpu_hours_idle", 
 
 
 def _replay(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "jupyter_gpuckpt.cli", "replay", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "jupyter_gpuckpt.cli.main", "replay", *args], capture_output=True,
                           text=True, timeout=120, check=True)
 
 

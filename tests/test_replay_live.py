@@ -19,7 +19,7 @@ import pytest
 from live_server import JUPYTER
 from server_fixtures import KERNEL_NAME
 
-from jupyter_gpuckpt.gpus import GPUPool
+from jupyter_gpuckpt.placement.gpus import GPUPool
 from jupyter_gpuckpt.replay.formats import write_trace
 from jupyter_gpuckpt.replay.live import replay_live
 from jupyter_gpuckpt.replay.report import comparison

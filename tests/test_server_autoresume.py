@@ -8,7 +8,7 @@ import pytest
 from server_fixtures import api, run, start_kernel, ws_execute
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpuckpt.websocket import SuspendAwareConnection
+from jupyter_gpuckpt.extension.websocket import SuspendAwareConnection
 
 
 async def test_execute_over_websocket_resumes_a_suspended_kernel(jp_fetch, jp_ws_fetch, jp_serverapp):

@@ -16,7 +16,7 @@ from server_fixtures import KERNEL_NAME, api, run, start_kernel
 from tornado.httpclient import HTTPClientError
 
 import jupyter_gpuckpt.placement.local
-from jupyter_gpuckpt.gpus import GPUPool
+from jupyter_gpuckpt.placement.gpus import GPUPool
 
 
 def _app(serverapp: Any) -> Any:

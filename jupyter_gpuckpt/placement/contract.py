@@ -21,8 +21,8 @@ from tornado import web
 from traitlets import Unicode
 
 from ..errors import ParkFailed, ParkUnsupported, PlacementError, Unplaceable
-from ..gpus import GPU
-from ..policy import Demand
+from ..policy.decisions import Demand
+from .gpus import GPU
 
 PLACEMENTS = "jupyter_gpuckpt.placements"
 """Entry point group of placement implementations (``local``, ``slurm``)."""
@@ -148,7 +148,7 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     """The server's checkpoint store, set by the extension as it starts: where a kernel that
     checkpoints itself (told to end by its placement) writes."""
     server_key: ClassVar[str | None] = None
-    """The key of the server's identity (:func:`~jupyter_gpuckpt.ledger.server_key`), set once
+    """The key of the server's identity (:func:`~jupyter_gpuckpt.kernels.ledger.server_key`), set once
     the server holds it, as it registers the ledger's kernels again: a Slurm kernel's job
     carries it, so that only its server (or the next one, once it is gone) ends it untracked."""
 

@@ -19,12 +19,12 @@ from typing import Any
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Float, Int
 
-from .. import parking
 from ..errors import ParkFailed, ParkUnsupported
-from ..gpus import GPU, GPUPool
-from ..policy import Demand
-from ..processes import TAG, end_kernel_tree, ended
+from ..kernels.processes import TAG, end_kernel_tree, ended
+from ..policy.decisions import Demand
+from ..staging import parking
 from .contract import START_SUSPENDED, GPUCheckpointProvisioner, GPUNeeds, Location
+from .gpus import GPU, GPUPool
 
 REAP_SECONDS = 5.0
 """How long an ended kernel process may take to be waitable (its threads end after it)."""

@@ -44,9 +44,9 @@ from urllib.parse import urlsplit
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from ..kernelspec import PROVISIONER_NAME
-from ..policy import POLICY_FIELDS, Policy, quantile
-from ..policy_overrides import overridden
+from ..cli.kernelspec import PROVISIONER_NAME
+from ..policy.decisions import POLICY_FIELDS, Policy, quantile
+from ..policy.overrides import overridden
 from .costs import CostModel
 from .simulator import Setting, simulate
 from .trace import Session, Trace

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .. import policy
-from ..watcher import GAPS_KEPT, USER_GAPS_KEPT
+from ..kernels.watcher import GAPS_KEPT, USER_GAPS_KEPT
+from ..policy import decisions as policy
 from .costs import CostModel
 from .trace import GB, Session, Trace
 

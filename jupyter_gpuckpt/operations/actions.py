@@ -15,12 +15,12 @@ from typing import Any
 
 from gpuckpt_store import CheckpointStore
 
-from . import activity, kernel_calls
-from .errors import NotSuspendable, OperationFailed, ParkFailed, ParkUnsupported, WrongState
-from .lifecycle import KernelRecord, State
-from .placement import GPUCheckpointProvisioner, GPUNeeds
+from ..errors import NotSuspendable, OperationFailed, ParkFailed, ParkUnsupported, WrongState
+from ..kernels import activity, kernel_calls
+from ..kernels.lifecycle import KernelRecord, State
+from ..placement import GPUCheckpointProvisioner, GPUNeeds
+from ..staging.write_behind import DURABLE, STAGED
 from .runner import Operation, OperationRunner
-from .write_behind import DURABLE, STAGED
 
 
 class KernelOperations(OperationRunner):

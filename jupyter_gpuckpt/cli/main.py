@@ -17,7 +17,7 @@ from typing import Any
 from gpuckpt_store import CheckpointInfo, format_table, human_bytes
 
 from . import doctor, kernelspec
-from .cli_client import CLIError, GPUCheckpointClient, find_server
+from .client import CLIError, GPUCheckpointClient, find_server
 
 POLL_SECONDS = 0.3
 _SETTLED = {"checkpoint": ("running",), "suspend": ("suspended", "parked"), "resume": ("running",),
@@ -235,8 +235,8 @@ def _floor(text: str) -> tuple[str, int]:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace (or make one with ``--generate``); see README, Choosing a policy."""
-    from . import replay
-    from .replay import report
+    from .. import replay
+    from ..replay import report
 
     if args.generate:
         trace = replay.generate(args.generate, seed=args.seed, days=args.days)
@@ -253,7 +253,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     elif not args.generate:
         raise CLIError("give a TRACE file, or --generate N")
     if args.live:
-        from .replay.live import LiveReplayError, replay_live
+        from ..replay.live import LiveReplayError, replay_live
 
         server = find_server(args.live, args.token)
         try:

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from .errors import ParkFailed, ParkUnsupported
+from ..errors import ParkFailed, ParkUnsupported
 
 HELPER = "kernel_hooks.cuda_park"
 QUERY_TIMEOUT = 60.0

@@ -35,9 +35,9 @@ from gpuckpt_store import (
     writable_problem,
 )
 
-from . import host_memory, parking
-from .cli_client import CLIError, GPUCheckpointClient, find_server
-from .gpus import read_inventory
+from ..placement.gpus import read_inventory
+from ..staging import host_memory, parking
+from .client import CLIError, GPUCheckpointClient, find_server
 from .kernelspec import PROVISIONER_NAME
 
 EXTENSION = "jupyter_gpuckpt"

@@ -42,9 +42,9 @@ from jupyter_server.services.kernels.connection.base import (
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from jupyter_server.utils import ensure_async
 
-from .errors import KernelNotFound
-from .kernel_calls import INTERNAL_SESSION_PREFIX
-from .lifecycle import AWAY, State
+from ..errors import KernelNotFound
+from ..kernels.kernel_calls import INTERNAL_SESSION_PREFIX
+from ..kernels.lifecycle import AWAY, State
 
 _V1 = "v1.kernel.websocket.jupyter.org"
 SUBSHELL_TIMEOUT = 10.0

@@ -17,16 +17,20 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, Int, List, Set, TraitE
 
 from gpuckpt_store import default_root, writable_problem
 
-from . import activity, events, host_memory, metrics, policy, policy_overrides
-from .gpus import GPUPool
+from ..kernels import activity
+from ..kernels.ledger import Ledger, default_server_id
+from ..kernels.lifecycle import State
+from ..kernels.manager import CheckpointManager, Settings
+from ..placement import GPUCheckpointProvisioner
+from ..placement.gpus import GPUPool
+from ..policy import decisions as policy
+from ..policy import overrides as policy_overrides
+from ..policy.reclaim import Reclaimer, unix_group, unix_groups, user_name
+from ..staging import host_memory
+from ..staging.host_memory import HostMemory, parse_limit
+from ..tasks import BackgroundTasks
+from . import events, metrics
 from .handlers import default_handlers
-from .host_memory import HostMemory, parse_limit
-from .ledger import Ledger, default_server_id
-from .lifecycle import State
-from .manager import CheckpointManager, Settings
-from .placement import GPUCheckpointProvisioner
-from .reclaim import Reclaimer, unix_group, unix_groups, user_name
-from .tasks import BackgroundTasks
 from .websocket import SuspendAwareConnection
 
 KERNEL_ACTIONS = "https://events.jupyter.org/jupyter_server/kernel_actions/v1"
@@ -97,7 +101,7 @@ class GPUCheckpointApp(ExtensionApp):
         Unicode(), config=True,
         help="Policy settings a kernelspec's metadata.gpuckpt may loosen, e.g. ['warn_before', "
              "'suspend_connected']. Any other setting it may only tighten (a lower idle_timeout, not 0; "
-             "the rule per setting: jupyter_gpuckpt.policy_overrides.TIGHTER); a looser value is ignored, logged, and "
+             "the rule per setting: jupyter_gpuckpt.policy.overrides.TIGHTER); a looser value is ignored, logged, and "
              "listed in GET /api/gpuckpt/policy under refused_overrides. Default: none. Behind JupyterHub, "
              "set it (and the policy) in c.Spawner.args, which the users' own config files cannot change.")
     _refusals_logged = Set(help="(kernelspec, setting, value) refusals already logged: once each.")

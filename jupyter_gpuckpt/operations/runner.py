@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from gpuckpt_store import protocol
 
-from . import kernel_calls
-from .errors import GPUCheckpointError, OperationFailed, StoreUnavailable
-from .events import Emit
-from .gpus import GPUPool
-from .lifecycle import KernelRecord, State
+from ..errors import GPUCheckpointError, OperationFailed, StoreUnavailable
+from ..extension.events import Emit
+from ..kernels import kernel_calls
+from ..kernels.lifecycle import KernelRecord, State
+from ..placement.gpus import GPUPool
 
 if TYPE_CHECKING:
-    from .manager import CheckpointManager
+    from ..kernels.manager import CheckpointManager
 
 SafeState = Callable[[str], Awaitable[tuple[State, str | None]]]
 """``safe_state(reason)`` after a failure: the state to go back to, and what cells waiting

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from gpuckpt_store import CheckpointInfo, list_checkpoints
 
-from .events import Emit
-from .lifecycle import AWAY, KernelRecord
+from ..extension.events import Emit
+from ..kernels.lifecycle import AWAY, KernelRecord
 
 if TYPE_CHECKING:
-    from .manager import CheckpointManager
+    from ..kernels.manager import CheckpointManager
 
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Waits between attempts; the last repeats."""

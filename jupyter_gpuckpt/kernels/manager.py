@@ -21,21 +21,21 @@ from jupyter_client.connect import port_names
 
 from gpuckpt_store import CheckpointStore, list_checkpoints, writable_problem
 
+from ..errors import CheckpointInUse, KernelNotFound, StoreUnavailable
+from ..extension.events import Emit
+from ..operations.actions import KernelOperations
+from ..operations.failover import Failover
+from ..placement import GPUCheckpointProvisioner
+from ..placement.contract import ADOPT, START_SUSPENDED, placement_classes
+from ..placement.gpus import GPU, GPUPool
+from ..staging.host_memory import HostMemory, default_root
+from ..staging.write_behind import DURABLE, STAGED, WriteBehind, last_checkpoint_of
+from ..tasks import BackgroundTasks
 from . import activity
-from .errors import CheckpointInUse, KernelNotFound, StoreUnavailable
-from .events import Emit
-from .failover import Failover
-from .gpus import GPU, GPUPool
-from .host_memory import HostMemory, default_root
 from .ledger import Ledger
 from .lifecycle import KernelRecord, State
-from .operations import KernelOperations
-from .placement import GPUCheckpointProvisioner
-from .placement.contract import ADOPT, START_SUSPENDED, placement_classes
 from .records import KernelRecords
-from .tasks import BackgroundTasks
 from .watcher import ExecutionWatcher
-from .write_behind import DURABLE, STAGED, WriteBehind, last_checkpoint_of
 
 
 @dataclass

@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import fields, replace
 from typing import Any
 
-from .policy import POLICY_FIELDS, RECLAIM_MODES, Policy
+from .decisions import POLICY_FIELDS, RECLAIM_MODES, Policy
 
 
 def _limit(seconds: float) -> float:

@@ -17,13 +17,14 @@ import pwd
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import activity, policy
-from .events import Emit
-from .gpus import GPUPool
-from .lifecycle import AWAY, State
-from .manager import CheckpointManager
-from .placement import GPUCheckpointProvisioner
-from .policy_faults import PolicyFaults
+from ..extension.events import Emit
+from ..kernels import activity
+from ..kernels.lifecycle import AWAY, State
+from ..kernels.manager import CheckpointManager
+from ..placement import GPUCheckpointProvisioner
+from ..placement.gpus import GPUPool
+from . import decisions as policy
+from .faults import PolicyFaults
 
 
 def unix_group() -> str:

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .errors import OperationFailed
-from .lifecycle import KernelRecord, State
-from .placement import Departure
+from ..errors import OperationFailed
+from ..kernels.lifecycle import KernelRecord, State
+from ..placement import Departure
 from .runner import OperationRunner
 
 

@@ -21,7 +21,7 @@ from tornado import web
 
 from gpuckpt_store import CheckpointError, CheckpointNotFound, is_checkpoint_id, shown
 
-from .errors import (
+from ..errors import (
     CheckpointInUse,
     GPUCheckpointError,
     KernelNotFound,

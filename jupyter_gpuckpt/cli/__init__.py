@@ -1,0 +1,1 @@
+"""``jupyter gpuckpt``: the command, its REST client, ``doctor`` and the kernelspec it installs."""

@@ -1,0 +1,2 @@
+"""The operations on a kernel (checkpoint, suspend, resume, rebuild) and failover, each run
+one way (:mod:`.runner`)."""

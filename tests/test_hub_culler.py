@@ -204,7 +204,7 @@ async def test_a_kernel_not_suspended_in_time_is_shut_down_as_before(jp_fetch: A
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, "x = 41")
     await app.stop_extension()
-    assert app.manager.records.get(kernel_id).state.value == "running"
+    assert app.parts.registry.records.get(kernel_id).state.value == "running"
     assert kernel_id not in json.loads(Path(app.ledger_path).read_text())
 
 

@@ -237,10 +237,10 @@ async def test_a_kernel_registered_again_is_suspended_from_the_moment_it_is_list
     gone.close()
 
     states = []
-    registering = asyncio.ensure_future(app.manager.reregister())
+    registering = asyncio.ensure_future(app.parts.restarts.reregister())
     while not registering.done():  # the record each request in between would answer from
         if kernel_id in jp_serverapp.kernel_manager:
-            states.append(app.manager.record(kernel_id).state.value)
+            states.append(app.parts.registry.record(kernel_id).state.value)
         await asyncio.sleep(0)
     await registering
 
@@ -274,7 +274,7 @@ async def test_another_server_holding_the_ledger_stalls_no_request(jp_fetch: Any
         try:
             checkpoint = asyncio.ensure_future(api(jp_fetch, "kernels", kernel_id, "checkpoint", method="POST",
                                                    wait="1"))
-            while app.manager.records.get(kernel_id).last_checkpoint is None:  # saved: its ledger write waits
+            while app.parts.registry.records.get(kernel_id).last_checkpoint is None:  # saved: its ledger write waits
                 await asyncio.sleep(0.02)
             asked = loop.time()
             assert (await api(jp_fetch, "kernels", kernel_id))["last_checkpoint"] is not None

@@ -27,8 +27,8 @@ from server_fixtures import api, loop_stalls, run, start_kernel
 
 from gpuckpt_store import writable_problem
 from jupyter_gpuckpt.extension import app as gpuckpt_app
-from jupyter_gpuckpt.kernels import manager as gpuckpt_manager
 from jupyter_gpuckpt.placement.gpus import TEST_GPUS, GPUPool
+from jupyter_gpuckpt.staging import retention
 
 GPU = {"uuid": "GPU-test-a", "name": "Test GPU", "memory_total": 80 << 30}
 
@@ -150,14 +150,14 @@ async def test_a_kernel_the_policy_cannot_suspend_does_not_keep_the_others(
     await asyncio.sleep(0.6)
     before = await _errors(jp_fetch)
     pid = jp_serverapp.kernel_manager.get_kernel(stuck).provisioner.pid
-    app.manager.settings.ready_timeout = 2.0  # how long the stopped kernel's suspends wait for an answer
+    app.parts.registry.settings.ready_timeout = 2.0  # how long the stopped kernel's suspends wait for an answer
     os.kill(pid, signal.SIGSTOP)
     try:
         for _ in range(3):
             await app.policy_pass()
     finally:
         os.kill(pid, signal.SIGCONT)
-        app.manager.settings.ready_timeout = 60.0
+        app.parts.registry.settings.ready_timeout = 60.0
     assert (await api(jp_fetch, "kernels", pruned))["state"] == "suspended"
     model = await api(jp_fetch, "kernels", stuck)
     assert model["state"] == "running" and model["last_error"], model
@@ -254,7 +254,7 @@ async def test_a_store_slow_to_answer_stalls_no_request(
         answer.wait(5)
         return writable_problem(root)
 
-    monkeypatch.setattr(gpuckpt_manager, "writable_problem", slow_to_answer)
+    monkeypatch.setattr(retention, "writable_problem", slow_to_answer)
     monkeypatch.setattr(gpuckpt_app, "writable_problem", slow_to_answer)
     async with loop_stalls() as gaps:
         try:

@@ -36,20 +36,20 @@ async def test_a_shut_down_suspended_kernel_is_forgotten(jp_fetch, jp_serverapp)
     model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
     ledger = Path(app.ledger_path)
     assert kernel_id in json.loads(ledger.read_text())
-    assert kernel_id in app.manager.watcher.watching()
+    assert kernel_id in app.parts.registry.watcher.watching()
 
     await jp_fetch("api", "kernels", kernel_id, method="DELETE")
 
-    await app.manager.records.saved()  # the shutdown's write, in the background
+    await app.parts.registry.records.saved()  # the shutdown's write, in the background
     assert kernel_id not in json.loads(ledger.read_text())  # not registered again after a restart
-    assert app.manager.records.get(kernel_id) is None
-    assert kernel_id not in app.manager.watcher.watching()  # its IOPub watcher is closed
+    assert app.parts.registry.records.get(kernel_id) is None
+    assert kernel_id not in app.parts.registry.watcher.watching()  # its IOPub watcher is closed
     # its checkpoints stay until retention removes them: the staged one is still written to the
     # store, and its copy in host memory then goes
-    await app.manager.write_behind.durable(model["last_checkpoint"]["id"])
+    await app.parts.write_behind.durable(model["last_checkpoint"]["id"])
     store = Path(app.store_root) / getpass.getuser() / "checkpoints"
     assert (store / model["last_checkpoint"]["id"] / "manifest.json").exists()
-    assert app.manager.host_memory.ids() == []
+    assert app.parts.host_memory.ids() == []
 
 
 async def test_a_checkpoint_a_suspended_kernel_needs_cannot_be_deleted(jp_fetch, jp_serverapp):
@@ -57,7 +57,7 @@ async def test_a_checkpoint_a_suspended_kernel_needs_cannot_be_deleted(jp_fetch,
     await run(jp_serverapp, kernel_id, "kept = 'here'")
     older = (await api(jp_fetch, "kernels", kernel_id, "checkpoint", method="POST", wait="1"))["last_checkpoint"]
     needed = (await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1"))["last_checkpoint"]
-    await _app(jp_serverapp).manager.write_behind.durable(needed["id"])  # till then, the older one is its fallback
+    await _app(jp_serverapp).parts.write_behind.durable(needed["id"])  # till then, the older one is its fallback
 
     code, message = await _error(api(jp_fetch, "checkpoints", needed["id"], method="DELETE"))
     assert code == 409
@@ -119,8 +119,8 @@ async def test_shutting_down_a_kernel_whose_resume_failed(jp_fetch, jp_serverapp
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, "x = 1")
     checkpoint = (await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1"))["last_checkpoint"]
-    await app.manager.write_behind.durable(checkpoint["id"])
-    for root in (Path(app.store_root), app.manager.host_memory.root):  # the checkpoint's data is gone
+    await app.parts.write_behind.durable(checkpoint["id"])
+    for root in (Path(app.store_root), app.parts.host_memory.root):  # the checkpoint's data is gone
         shutil.rmtree(root / getpass.getuser() / "blobs")
 
     code, message = await _error(api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1"))
@@ -144,7 +144,7 @@ async def test_no_ops_say_what_happened_and_a_new_operation_clears_the_notice(jp
     assert again["outcome"] == "already suspended"
     assert again["last_checkpoint"]["id"] == suspended["last_checkpoint"]["id"]  # nothing new was saved
 
-    record = _app(jp_serverapp).manager.records.get(kernel_id)
+    record = _app(jp_serverapp).parts.registry.records.get(kernel_id)
     record.notice = "an old notice"
     resumed = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
     assert resumed["outcome"] == "done" and resumed["notice"] is None
@@ -195,7 +195,7 @@ async def test_a_server_stop_cancels_background_work_into_a_safe_state(one_test_
     waiting = await start_kernel(jp_fetch)
     await run(jp_serverapp, waiting, "kept = 7")
     checkpoint = (await api(jp_fetch, "kernels", waiting, "suspend", method="POST", wait="1"))["last_checkpoint"]
-    await app.manager.write_behind.durable(checkpoint["id"])
+    await app.parts.write_behind.durable(checkpoint["id"])
     holder = await start_kernel(jp_fetch, KERNEL_NAME)  # takes the only GPU
     assert (await api(jp_fetch, "kernels", holder))["gpus"]
 
@@ -211,6 +211,6 @@ async def test_a_server_stop_cancels_background_work_into_a_safe_state(one_test_
     await app.stop_extension()
 
     assert app.tasks.running() == []
-    record = app.manager.records.get(waiting)
+    record = app.parts.registry.records.get(waiting)
     assert record.state.value == "suspended" and record.last_error == "the server stopped during the operation"
     assert json.loads(Path(app.ledger_path).read_text())[waiting]["state"] == "suspended"

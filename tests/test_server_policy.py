@@ -104,7 +104,7 @@ async def test_periodic_checkpoints_follow_the_users_work(jp_fetch, jp_serverapp
 async def test_a_new_kernel_takes_its_users_rhythm_until_it_has_its_own(jp_fetch, jp_serverapp, gpuckpt_config):
     """The server sees the pauses between cells on each kernel's IOPub, per kernel and over all
     of them (the user's); a kernel with too few pauses of its own takes its user's."""
-    watcher = jp_serverapp.web_app.settings["gpuckpt_app"].manager.watcher
+    watcher = jp_serverapp.web_app.settings["gpuckpt_app"].parts.registry.watcher
     first = await start_kernel(jp_fetch)
     for _ in range(4):  # four cells, three pauses
         await run(jp_serverapp, first, "x = 1")

@@ -274,7 +274,7 @@ async def test_a_group_floor_keeps_the_kernel_despite_a_pending_gpu_job(
     assert await provisioner.group_gpus() == {"vision": 1}  # read from the kernel job's tag
     [comment] = [line for line in slurm._run("squeue", "-h", "-o", "%k").splitlines() if kernel_id in line]
     assert comment.startswith(f"jupyter-gpuckpt group=vision kernel={kernel_id} store=")
-    ledger = jp_serverapp.web_app.settings["gpuckpt_app"].manager.records.ledger
+    ledger = jp_serverapp.web_app.settings["gpuckpt_app"].parts.registry.records.ledger
     assert comment.endswith(f" server={ledger.key}")  # which server runs it, for the others to tell
 
     waiting = slurm.submit(["-p", "gpu", "--gres=gpu:1", *SLEEPER])

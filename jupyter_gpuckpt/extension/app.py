@@ -1,4 +1,4 @@
-"""The server extension: settings, REST routes, the policy loop, and the manager's wiring."""
+"""The server extension: settings, REST routes, the policy loop, and the parts' wiring (``wiring.py``)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from gpuckpt_store import default_root, writable_problem
 from ..kernels import activity
 from ..kernels.ledger import Ledger, default_server_id
 from ..kernels.lifecycle import State
-from ..kernels.manager import CheckpointManager, Settings
+from ..kernels.settings import Settings
 from ..placement import GPUCheckpointProvisioner
 from ..placement.gpus import GPUPool
 from ..policy import decisions as policy
@@ -29,7 +29,7 @@ from ..policy.reclaim import Reclaimer, unix_group, unix_groups, user_name
 from ..staging import host_memory
 from ..staging.host_memory import HostMemory, parse_limit
 from ..tasks import BackgroundTasks
-from . import events, metrics
+from . import events, metrics, wiring
 from .handlers import default_handlers
 from .websocket import SuspendAwareConnection
 
@@ -207,15 +207,15 @@ class GPUCheckpointApp(ExtensionApp):
                             self.rebuild_skipped,
                             release_mode=self.release_mode,
                             release_mode_of=lambda kernel_id: self.policy_for(kernel_id).release_mode,
-                            host_memory=HostMemory(Path(self.staging_root), parse_limit(self.host_memory_limit)),
                             write_behind_bandwidth=self.write_behind_bandwidth)
-        self.manager = CheckpointManager(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
-                                         self._ledger(), self.emit, self.tasks)
-        self.manager.on_moved.append(SuspendAwareConnection.kernel_moved)
+        host_memory = HostMemory(Path(self.staging_root), parse_limit(self.host_memory_limit))
+        self.parts = wiring.build(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
+                                  self._ledger(), host_memory, self.emit, self.tasks)
+        self.parts.relocation.on_moved.append(SuspendAwareConnection.kernel_moved)
         GPUCheckpointProvisioner.group = self.user_groups.get(user_name()) or unix_group()
         GPUCheckpointProvisioner.member_of = frozenset({GPUCheckpointProvisioner.group, *unix_groups()})
-        self.reclaimer = Reclaimer(self.manager, self.policy_for, self.group_floors, self.group_of, self.emit,
-                                   self.log)
+        self.reclaimer = Reclaimer(self.parts.registry, self.parts.operations, self.policy_for, self.group_floors,
+                                   self.group_of, self.emit, self.log)
         events.register_schemas(self.serverapp)
         assert self.serverapp.event_logger is not None, "jupyter_server 2 always has one"
         self.serverapp.event_logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
@@ -253,7 +253,7 @@ class GPUCheckpointApp(ExtensionApp):
         self.handlers.extend(default_handlers)
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
-        await self.manager.reregister()
+        await self.parts.restarts.reregister()
         self.tasks.start("policy loop", self._policy_loop())
         if self.suspend_on_stop and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
             # Without a terminal, jupyter_server leaves SIGINT to Python: a KeyboardInterrupt that ends the
@@ -275,9 +275,9 @@ class GPUCheckpointApp(ExtensionApp):
             assert self.serverapp is not None and self.serverapp.event_logger is not None
             self.serverapp.event_logger.remove_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
             await self.tasks.stop()  # operations under way end first, each in its safe state
-            await self.manager.leave_running(suspend_within=self.suspend_on_stop_timeout if self.suspend_on_stop
-                                             else None)
-            self.manager.watcher.close()
+            await self.parts.restarts.leave_running(
+                suspend_within=self.suspend_on_stop_timeout if self.suspend_on_stop else None)
+            self.parts.registry.watcher.close()
             self.metrics.stop()
             if signal.getsignal(signal.SIGINT) == self.serverapp._signal_stop:  # ours: the next is Python's again
                 signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -295,18 +295,19 @@ class GPUCheckpointApp(ExtensionApp):
             return
         assert self.serverapp is not None
         if data.get("action") == "start" and kernel_id in self.serverapp.kernel_manager:
-            self.manager.record(str(kernel_id))
+            self.parts.registry.record(str(kernel_id))
         elif data.get("action") == "restart" and kernel_id in self.serverapp.kernel_manager:
             # the user restarted it: a Slurm kernel now runs in a new job, elsewhere
-            await self.manager.connection_changed(str(kernel_id))
+            await self.parts.relocation.connection_changed(str(kernel_id))
         elif data.get("action") == "shutdown":
-            self.manager.forget(str(kernel_id))
-            await self.manager.records.saved()  # a server killed now must not register it again
+            self.parts.registry.forget(str(kernel_id))
+            self.parts.relocation.forget(str(kernel_id))
+            await self.parts.registry.records.saved()  # a server killed now must not register it again
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
         """Log a lifecycle event, count it in the metrics and send it to the event bus.
 
-        The manager calls this for every phase of every operation; ``data`` must fit the
+        The operations call this for every phase of every operation; ``data`` must fit the
         event's schema in ``event_schemas/<event>/v1.yaml``.
         """
         self.log.info("gpuckpt %s: %s", event, data)
@@ -319,13 +320,13 @@ class GPUCheckpointApp(ExtensionApp):
     def start_operation(self, kernel_id: str, action: str, reason: str = "request", **options: Any) -> None:
         """Run ``action`` on a kernel in the background (a ``202`` answer); a refusal lands in
         the kernel's ``last_error``, where a client polling the kernel looks."""
-        operation = getattr(self.manager.operations, action)
+        operation = getattr(self.parts.operations, action)
 
         async def run() -> None:
             try:
                 await operation(kernel_id, reason, **options)
             except Exception as e:
-                record = self.manager.records.get(kernel_id)
+                record = self.parts.registry.records.get(kernel_id)
                 if record is not None:
                     record.last_error = str(e)
                 raise
@@ -340,7 +341,7 @@ class GPUCheckpointApp(ExtensionApp):
     def policy_for(self, kernel_id: str) -> policy.Policy:
         """The kernel's effective policy: the server's, with what its kernelspec's
         ``metadata.gpuckpt`` may change (``user_overridable``); refusals are logged once."""
-        km = self.manager.km(kernel_id)
+        km = self.parts.registry.km(kernel_id)
         metadata = km.kernel_spec.metadata if km.kernel_spec else {}
         effective, refused = policy_overrides.overridden(self.base_policy(), metadata, self.user_overridable,
                                                          GPUCheckpointProvisioner.member_of)
@@ -377,7 +378,7 @@ class GPUCheckpointApp(ExtensionApp):
 
     def group_of(self, kernel_id: str) -> str:
         """The kernel's group for the floors (see ``GPUCheckpointProvisioner.kernel_group``)."""
-        provisioner = self.manager.provisioner(kernel_id)
+        provisioner = self.parts.registry.provisioner(kernel_id)
         return provisioner.kernel_group() if provisioner else GPUCheckpointProvisioner.group
 
     async def policy_model(self) -> dict[str, Any]:
@@ -439,14 +440,14 @@ class GPUCheckpointApp(ExtensionApp):
         """Parked kernels' GPU state lies in host memory, beside the staged copies: past
         ``host_memory_limit`` (when set: "0" turns staging off, not parking), the longest
         parked are suspended (their processes ended) until the rest fit."""
-        limit = self.manager.host_memory.limit
-        parked = sorted((r for r in self.manager.records if r.state == State.PARKED),
+        limit = self.parts.host_memory.limit
+        parked = sorted((r for r in self.parts.registry.records if r.state == State.PARKED),
                         key=lambda r: r.parked_at or 0)
         if not limit or not parked:
             return
         faults = self.reclaimer.faults
         try:
-            held = await asyncio.to_thread(self.manager.host_memory.used)
+            held = await asyncio.to_thread(self.parts.host_memory.used)
         except Exception as e:  # the staging folder cannot be read: the parked kernels stay this pass
             faults.failed("parked", "", e, f"reading what {self.staging_root} holds")
             return
@@ -456,7 +457,7 @@ class GPUCheckpointApp(ExtensionApp):
             if held <= limit:
                 break
             try:
-                await self.manager.operations.convert(record.kernel_id, reason="policy")
+                await self.parts.operations.convert(record.kernel_id, reason="policy")
                 held -= int((record.last_checkpoint or {}).get("bytes_total") or 0)
             except Exception as e:  # this kernel's alone: the next is tried
                 faults.failed("parked", record.kernel_id, e)

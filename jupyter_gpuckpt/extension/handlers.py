@@ -1,7 +1,7 @@
 """REST API (contract): ``/api/gpuckpt/...``, JSON, every route behind the authorizer.
 
 Long operations answer ``202`` with the kernel's model and report progress on the event
-stream; ``?wait=1`` waits and answers the result instead. The manager raises domain errors
+stream; ``?wait=1`` waits and answers the result instead. The parts raise domain errors
 (``errors.py``, ``gpuckpt_store``); this module alone turns them into HTTP status codes.
 """
 
@@ -32,6 +32,7 @@ from ..errors import (
     Unplaceable,
     WrongState,
 )
+from .wiring import ServerParts
 
 AUTH_RESOURCE = "kernels"
 _KERNEL_ID = re.compile(r"[0-9a-fA-F-]{1,64}", re.ASCII)
@@ -54,7 +55,7 @@ def _http_errors() -> Iterator[None]:
 
 
 class GPUCheckpointHandler(APIHandler):
-    """Base: the extension's app and manager; ids checked before use; domain errors answered."""
+    """Base: the extension's app and its parts; ids checked before use; domain errors answered."""
 
     auth_resource = AUTH_RESOURCE
 
@@ -63,8 +64,9 @@ class GPUCheckpointHandler(APIHandler):
         return self.settings["gpuckpt_app"]
 
     @property
-    def manager(self) -> Any:
-        return self.app.manager
+    def parts(self) -> ServerParts:
+        parts: ServerParts = self.app.parts
+        return parts
 
     def kernel_id(self, kernel_id: str) -> str:
         if not _KERNEL_ID.fullmatch(kernel_id):
@@ -95,14 +97,14 @@ class KernelsHandler(PolledHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        await self.answer(self.manager.models)
+        await self.answer(self.parts.registry.models)
 
 
 class KernelHandler(PolledHandler):
     @web.authenticated
     @authorized
     async def get(self, kernel_id: str) -> None:
-        await self.answer(lambda: self.manager.model(self.kernel_id(kernel_id)))
+        await self.answer(lambda: self.parts.registry.model(self.kernel_id(kernel_id)))
 
 
 class KernelActionHandler(GPUCheckpointHandler):
@@ -124,14 +126,14 @@ class KernelActionHandler(GPUCheckpointHandler):
                 raise web.HTTPError(400, "keep is for rebuild only, and is 1 or 0")
             options["keep"] = keep in ("1", "true")
         if self.get_argument("wait", "0") in ("1", "true", "yes"):
-            await self.answer(lambda: getattr(self.manager.operations, action)(kernel_id, **options))
+            await self.answer(lambda: getattr(self.parts.operations, action)(kernel_id, **options))
             return
         with _http_errors():
-            self.manager.km(kernel_id)  # 404 before anything starts
+            self.parts.registry.km(kernel_id)  # 404 before anything starts
         self.app.start_operation(kernel_id, action, **options)
         await asyncio.sleep(0)  # let the task take the kernel's lock and set its state
         with _http_errors():
-            model = await self.manager.model(kernel_id)
+            model = await self.parts.registry.model(kernel_id)
         self.set_status(202)
         self.finish(json.dumps({**model, "outcome": "started"}))
 
@@ -150,7 +152,7 @@ class KernelCheckpointsHandler(PolledHandler):
     @web.authenticated
     @authorized
     async def get(self, kernel_id: str) -> None:
-        await self.answer(lambda: self.manager.checkpoints(self.kernel_id(kernel_id)))
+        await self.answer(lambda: self.parts.retention.checkpoints(self.kernel_id(kernel_id)))
 
 
 class CheckpointHandler(GPUCheckpointHandler):
@@ -159,7 +161,7 @@ class CheckpointHandler(GPUCheckpointHandler):
     async def delete(self, checkpoint_id: str) -> None:
         if not is_checkpoint_id(checkpoint_id):
             raise web.HTTPError(400, f"{shown(checkpoint_id)} is not a checkpoint id")
-        await self.answer(lambda: self.manager.delete_checkpoint(checkpoint_id), status=204)
+        await self.answer(lambda: self.parts.retention.delete_checkpoint(checkpoint_id), status=204)
 
 
 class GPUsHandler(PolledHandler):

@@ -109,7 +109,7 @@ class ServerMetrics:
     Parameters
     ----------
     app
-        The server's ``GPUCheckpointApp``; read at scrape time (``app.manager.records``,
+        The server's ``GPUCheckpointApp``; read at scrape time (``app.parts.registry.records``,
         ``app.serverapp.kernel_manager``) and held weakly, so a stopped server is dropped.
 
     GPU-seconds are known only for suspends this server saw: kernels re-registered as
@@ -176,7 +176,7 @@ class ServerMetrics:
         app = self._app()
         if app is None:
             return counts, 0
-        records = app.manager.records
+        records = app.parts.registry.records
         live = set(app.serverapp.kernel_manager.list_kernel_ids())
         for kernel_id in live:
             record = records.get(kernel_id)

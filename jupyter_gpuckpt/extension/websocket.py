@@ -72,16 +72,16 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
     _subshells: _Subshells | None = None
 
     @property
-    def _manager(self) -> Any:
+    def _parts(self) -> Any:
         app = self.websocket_handler.settings.get("gpuckpt_app")
-        return None if app is None else app.manager
+        return None if app is None else app.parts
 
     def _record(self) -> Any:
-        manager = self._manager
-        if manager is None:
+        parts = self._parts
+        if parts is None:
             return None
         try:
-            return manager.record(self.kernel_id)
+            return parts.registry.record(self.kernel_id)
         except KernelNotFound:
             return None
 
@@ -142,7 +142,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
             super().handle_incoming_message(incoming_msg)
             return
         if record.state == State.RUNNING and self._held is None and self._process_lost():
-            self._manager.failover.process_lost(self.kernel_id, restarting=False)
+            self._parts.failover.process_lost(self.kernel_id, restarting=False)
         channel, header = self._peek(incoming_msg)
         if record.state not in AWAY and self._held is None and self._has_subshell(channel, header):
             if record.pending_report:
@@ -158,7 +158,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         # a cell brings the kernel back; a running kernel only has a subshell to make
         if (header["msg_type"] == "execute_request" or record.state not in AWAY) and not self._releasing:
             self._releasing = True
-            self._manager.tasks.start(f"release held messages of {self.kernel_id}", self._release_when_back())
+            self._parts.tasks.start(f"release held messages of {self.kernel_id}", self._release_when_back())
 
     def handle_outgoing_message(self, stream: Any, outgoing_msg: list[Any]) -> None:
         if getattr(stream, "channel", stream) == "control" and self._record() is not None:
@@ -171,7 +171,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
 
     def _subshells_now(self) -> _Subshells:
         """The page's subshell ids for the kernel's current run."""
-        provisioner = self._manager.provisioner(self.kernel_id)
+        provisioner = self._parts.registry.provisioner(self.kernel_id)
         run = provisioner.run_id if provisioner is not None else None
         if self._subshells is None or self._subshells.run != run:
             self._subshells = _Subshells(run)
@@ -236,7 +236,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
     def _process_lost(self) -> bool:
         """Whether the kernel's process has ended though nobody suspended it (the restarter
         notices within seconds; a cell sent meanwhile must not reach the next process)."""
-        provisioner = self._manager.provisioner(self.kernel_id)
+        provisioner = self._parts.registry.provisioner(self.kernel_id)
         return provisioner is not None and provisioner.lost()
 
     def _peek(self, incoming_msg: Any) -> tuple[str, dict[str, Any]]:
@@ -312,7 +312,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
                     # output on "restarting". The restore's progress goes out as events.
                     self._send_status_message("busy")
                     try:
-                        await self._manager.operations.resume(self.kernel_id, reason="execute")
+                        await self._parts.operations.resume(self.kernel_id, reason="execute")
                     except Exception as e:
                         return self._fail_held(f"the kernel could not be resumed: {e}")
                 elif record.state in AWAY:

@@ -19,41 +19,40 @@ from ..errors import NotSuspendable, OperationFailed, ParkFailed, ParkUnsupporte
 from ..kernels import activity, kernel_calls
 from ..kernels.lifecycle import KernelRecord, State
 from ..placement import GPUCheckpointProvisioner, GPUNeeds
-from ..staging.write_behind import DURABLE, STAGED
+from ..staging.retention import DURABLE, STAGED
 from .runner import Operation, OperationRunner
 
 
 class KernelOperations(OperationRunner):
-    """The operations users and the policy ask for, on the kernels of one
-    :class:`~.manager.CheckpointManager`."""
+    """The operations users and the policy ask for, on the kernels of the registry."""
 
     # -- checkpoint ----------------------------------------------------------------------
 
     async def _save(self, record: KernelRecord, event: str, staged_bytes: int | None = None) -> dict[str, Any]:
         """Checkpoint into the store, or with ``staged_bytes`` into host memory (at most that
         many new bytes), to be made durable by the write-behind once the kernel has ended."""
-        session = record.session or await self.manager.session_of(record.kernel_id)
+        session = record.session or await self.registry.session_of(record.kernel_id)
         staged = staged_bytes is not None
-        root = self.manager.host_memory.root if staged else self.manager.settings.store_root
+        root = self.host_memory.root if staged else self.registry.settings.store_root
         limit: dict[str, Any] = {"max_bytes": staged_bytes} if staged else {}
         result = await self._call(record, "save", event, store=str(root), kernel_id=record.kernel_id,
                                   kernelspec=record.kernelspec, notebook=(session or {}).get("path"), **limit)
         record.last_checkpoint = {**result, "time": time.time(), "durability": STAGED if staged else DURABLE}
         if not staged:
             record.durable_checkpoint = result["id"]
-            await self.manager.prune(record.kernel_id)
+            await self.retention.prune(record.kernel_id)
         return result
 
     async def _stage(self, record: KernelRecord) -> tuple[dict[str, Any], str | None]:
         """Checkpoint for a suspend: into host memory where it has room (the GPU is then
         free before the state is on disk), else into the store. Also returns why it was not
         staged, if it was not."""
-        host = self.manager.host_memory
+        host = self.host_memory
         problem = await asyncio.to_thread(host.problem)
         if problem is None:
             wanted = int((record.last_checkpoint or {}).get("bytes_total") or 0)
-            durable = self.manager.store().has
-            share = await asyncio.to_thread(host.take, self.manager.staged_in_use(), wanted, durable=durable)
+            durable = self.retention.store().has
+            share = await asyncio.to_thread(host.take, self.write_behind.staged_in_use(), wanted, durable=durable)
             if share == 0:  # no room, or a state like the last one would not fit: no doomed attempt
                 problem = (f"host memory for staging is short (GPUCheckpointApp.host_memory_limit {host.limit} "
                            f"bytes), the last checkpoint took {wanted}")
@@ -73,7 +72,7 @@ class KernelOperations(OperationRunner):
 
     async def checkpoint(self, kernel_id: str, reason: str = "request") -> dict[str, Any]:
         """Checkpoint a running kernel; it keeps running."""
-        record = self.manager.record(kernel_id)
+        record = self.registry.record(kernel_id)
         async with record.lock:
             if record.state != State.RUNNING:
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
@@ -94,13 +93,13 @@ class KernelOperations(OperationRunner):
         into host memory and the process stays (where the driver cannot, it is suspended
         instead, and the event and notice say why); ``"suspend"``: a checkpoint (staged in host
         memory where there is room), then its process tree is ended."""
-        record = self.manager.record(kernel_id)
-        provisioner = self.manager.provisioner(kernel_id)
+        record = self.registry.record(kernel_id)
+        provisioner = self.registry.provisioner(kernel_id)
         if provisioner is None:
             raise NotSuspendable(f"kernel {kernel_id} was not started with a gpuckpt kernelspec; "
                                  "it can be checkpointed but not suspended")
         asked = mode is not None  # a refused park is worth a notice only when it was asked for
-        mode = mode or self.manager.release_mode(kernel_id)
+        mode = mode or self.registry.release_mode(kernel_id)
         if asked and mode == "suspend" and record.state == State.PARKED:
             return await self.convert(kernel_id, reason)
         try:
@@ -109,7 +108,7 @@ class KernelOperations(OperationRunner):
             # a staged checkpoint goes to the store even when ending the process failed after it
             last = record.last_checkpoint or {}
             if last.get("durability") == STAGED:
-                self.manager.write_behind.start(record, last["id"])
+                self.write_behind.start(record, last["id"])
 
     async def _suspend(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner, reason: str, mode: str,
                        asked: bool) -> dict[str, Any]:
@@ -120,7 +119,7 @@ class KernelOperations(OperationRunner):
             if record.state != State.RUNNING:
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
             await self._check_store(record)
-            km = self.manager.km(kernel_id)
+            km = self.registry.km(kernel_id)
             gpus = len(provisioner.location().gpus)
             record.away()
 
@@ -134,7 +133,7 @@ class KernelOperations(OperationRunner):
 
             async with self._run(record, "suspend", reason, State.CHECKPOINTING, safe_state) as op:
                 record.kernel_info = await self._kernel_info(kernel_id)
-                record.session = await self.manager.session_of(kernel_id)
+                record.session = await self.registry.session_of(kernel_id)
                 not_parked = await provisioner.park_problem() if mode == "park" else None
                 saved: dict[str, Any] | None = None
                 if mode == "park" and not_parked is None:
@@ -181,7 +180,7 @@ class KernelOperations(OperationRunner):
         else:
             result, not_staged = await self._save(record, "suspend"), "the kernel runs on another host"
         survivors = await provisioner.suspend()
-        self.manager.note_placement(record.kernel_id)
+        self.registry.note_placement(record.kernel_id)
         record.state = State.SUSPENDED
         record.suspended_at = time.time()
         if survivors:
@@ -198,11 +197,11 @@ class KernelOperations(OperationRunner):
 
     async def _kernel_info(self, kernel_id: str) -> dict[str, Any]:
         """The kernel's ``kernel_info`` reply, which the websocket answers with while it is away."""
-        client = self.manager.km(kernel_id).client()
+        client = self.registry.km(kernel_id).client()
         client.session.session = f"{kernel_calls.INTERNAL_SESSION_PREFIX}info"
         client.start_channels(stdin=False, hb=False, control=False)
         try:
-            reply = await client.kernel_info(reply=True, timeout=self.manager.settings.ready_timeout)
+            reply = await client.kernel_info(reply=True, timeout=self.registry.settings.ready_timeout)
             return dict(reply["content"])
         except TimeoutError as e:
             raise OperationFailed("the kernel did not answer kernel_info") from e
@@ -214,8 +213,8 @@ class KernelOperations(OperationRunner):
     async def resume(self, kernel_id: str, reason: str = "request") -> dict[str, Any]:
         """Unpark a parked kernel; or relaunch a suspended kernel's process and restore its
         last checkpoint into it."""
-        record = self.manager.record(kernel_id)
-        provisioner = self.manager.provisioner(kernel_id)
+        record = self.registry.record(kernel_id)
+        provisioner = self.registry.provisioner(kernel_id)
         async with record.lock:
             if record.state == State.RUNNING:
                 return self._result(kernel_id, "already running")
@@ -235,7 +234,7 @@ class KernelOperations(OperationRunner):
                     source = CheckpointStore(await self._source(kernel_id, checkpoint["id"]))
                     needs = GPUNeeds.of_manifest(await asyncio.to_thread(source.read_manifest, checkpoint["id"]))
                     await provisioner.resume(needs)
-                    await self.manager.connection_changed(kernel_id)
+                    await self.relocation.connection_changed(kernel_id)
                     # the websocket held the pages' messages: they never saw the kernel go
                     report = await self._restore(record, checkpoint["id"], "resume", comms_kept=True)
                     self._resumed_by_user(record, reason)
@@ -246,16 +245,16 @@ class KernelOperations(OperationRunner):
                     record.back(None)
             finally:
                 provisioner.started()
-            await self.manager.write_behind.tidy(record)
-            if report.get("cells_to_rerun") and self.manager.settings.rebuild_skipped == "always":
-                self.manager.tasks.start(f"rebuild {kernel_id}", self.rebuild(kernel_id, "resume"))
+            await self.write_behind.tidy(record)
+            if report.get("cells_to_rerun") and self.registry.settings.rebuild_skipped == "always":
+                self.tasks.start(f"rebuild {kernel_id}", self.rebuild(kernel_id, "resume"))
             return self._result(kernel_id, "done")
 
     def _resumed_by_user(self, record: KernelRecord, reason: str) -> None:
         """A resume the user asked for, or a cell they ran, is their activity: the policy must
         not take an idle time from before the suspend for the kernel's and suspend it again."""
         if reason in ("request", "execute"):
-            activity.touch(self.manager.km(record.kernel_id))
+            activity.touch(self.registry.km(record.kernel_id))
 
     async def _unpark(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner, reason: str) -> bool:
         """Give a parked kernel its GPU memory back. If the driver cannot, the kernel is
@@ -288,13 +287,13 @@ class KernelOperations(OperationRunner):
         record.state = State.SUSPENDED
         record.suspended_at = record.parked_at or time.time()
         record.parked_at = None
-        self.manager.records.save()
+        self.registry.records.save()
 
     async def convert(self, kernel_id: str, reason: str = "policy") -> dict[str, Any]:
         """End a parked kernel's process, which frees the host memory its GPU state takes; it
         is then suspended, resumable anywhere from the checkpoint taken as it was parked."""
-        record = self.manager.record(kernel_id)
-        provisioner = self.manager.provisioner(kernel_id)
+        record = self.registry.record(kernel_id)
+        provisioner = self.registry.provisioner(kernel_id)
         async with record.lock:
             if record.state != State.PARKED or provisioner is None:
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not parked")
@@ -324,7 +323,7 @@ class KernelOperations(OperationRunner):
         keep
             Restored names keep what the cells assign to them instead of their objects.
         """
-        record = self.manager.record(kernel_id)
+        record = self.registry.record(kernel_id)
         async with record.lock:
             if record.state != State.RUNNING:
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
@@ -334,7 +333,7 @@ class KernelOperations(OperationRunner):
                 record.notice = str(planned.get("text") or "") or None
             result = await self._call(record, "rebuild", None, keep=keep)
             if reason == "request":  # the user's cells, run again because they asked
-                activity.touch(self.manager.km(kernel_id))
+                activity.touch(self.registry.km(kernel_id))
         record.report = {**(record.report or {}), "rebuilt": result}
         record.notice = str(result.get("text") or "") or None
         return {**self._result(kernel_id, "done"), "rebuilt": result}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 from ..errors import OperationFailed
 from ..kernels.lifecycle import KernelRecord, State
@@ -16,6 +17,13 @@ from .runner import OperationRunner
 class Failover(OperationRunner):
     """Notices lost processes and restores the last checkpoint into the restarted one."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.registry.on_first_use.append(self._follow_restarts)
+
+    def _follow_restarts(self, kernel_id: str, km: Any) -> None:
+        km.add_restart_callback(lambda: self.process_lost(kernel_id, restarting=True), "restart")
+
     def process_lost(self, kernel_id: str, restarting: bool) -> None:
         """The kernel's process ended without being asked to.
 
@@ -23,23 +31,23 @@ class Failover(OperationRunner):
         (``restarting``), or by the websocket that found the process gone first. From now
         until the restore is over the notebook's messages wait.
         """
-        record = self.manager.records.get(kernel_id)
+        record = self.registry.records.get(kernel_id)
         if record is None or record.state in (State.SUSPENDED, State.CHECKPOINTING):
             return  # a suspend ends the process on purpose; a dying suspend handles it
         first = record.state != State.RESTORING
         record.state = State.RESTORING
         record.away()
         if restarting:
-            provisioner = self.manager.provisioner(kernel_id)
+            provisioner = self.registry.provisioner(kernel_id)
             dead = provisioner.run_id if provisioner else None
-            self.manager.tasks.start(f"failover {kernel_id}", self.failover(kernel_id, dead))
+            self.tasks.start(f"failover {kernel_id}", self.failover(kernel_id, dead))
         elif first:
-            self.manager.tasks.start(f"restart watch {kernel_id}", self._expect_restart(record))
+            self.tasks.start(f"restart watch {kernel_id}", self._expect_restart(record))
 
     async def _expect_restart(self, record: KernelRecord) -> None:
         """A process found gone is restarted by jupyter_client within seconds; if not, the
         waiting cells are told rather than left waiting."""
-        await asyncio.sleep(self.manager.settings.failover_grace)
+        await asyncio.sleep(self.registry.settings.failover_grace)
         if record.state == State.RESTORING and not record.lock.locked():
             record.state = State.FAILED
             record.last_error = "the kernel's process died and was not restarted"
@@ -49,8 +57,8 @@ class Failover(OperationRunner):
         """jupyter_client's restarter is starting the kernel again (instead of run
         ``dead_run``): restore the last checkpoint in it (the one the kernel took itself as
         it was told to end, if it did)."""
-        record = self.manager.record(kernel_id)
-        provisioner = self.manager.provisioner(kernel_id)
+        record = self.registry.record(kernel_id)
+        provisioner = self.registry.provisioner(kernel_id)
         departure = provisioner.departure() if provisioner else None
         async with record.lock:
             checkpoint = record.last_checkpoint
@@ -65,16 +73,16 @@ class Failover(OperationRunner):
             async def safe_state(message: str) -> tuple[State, str | None]:
                 if provisioner is not None and not await provisioner.running():
                     # nothing runs, and jupyter_client will not start it again by itself
-                    self.manager.km(kernel_id).stop_restarter()
+                    self.registry.km(kernel_id).stop_restarter()
                     return State.FAILED, (f"the kernel could not be started again ({message}); the cell was not "
                                           "run: restart the kernel")
                 return State.RUNNING, (f"the kernel's process died and its checkpoint could not be restored "
                                        f"({message}); the cell was not run against an empty kernel")
 
             async with self._run(record, "restore-after-failure", "failure", State.RESTORING, safe_state) as op:
-                lost = self.manager.watcher.ran_after(kernel_id, (checkpoint or {}).get("last_cell") or 0)
+                lost = self.registry.watcher.ran_after(kernel_id, (checkpoint or {}).get("last_cell") or 0)
                 await self._started_again(kernel_id, dead_run)
-                await self.manager.connection_changed(kernel_id)
+                await self.relocation.connection_changed(kernel_id)
                 if checkpoint is None:
                     record.state = State.RUNNING
                     record.notice = "The kernel's process died and it had no checkpoint: it restarted empty."
@@ -93,7 +101,7 @@ class Failover(OperationRunner):
                   interrupted: int | None) -> str:
         """What the notebook and the model's notice say: what happened, where the kernel is
         now, and which cells to run again."""
-        provisioner = self.manager.provisioner(kernel_id)
+        provisioner = self.registry.provisioner(kernel_id)
         now = provisioner.location().node if provisioner else None
         if departure is None:
             what = "The kernel's process died"
@@ -114,16 +122,16 @@ class Failover(OperationRunner):
     async def _started_again(self, kernel_id: str, dead_run: str | None) -> None:
         """Wait until jupyter_client has started the new run: the call into it must use
         the connection info of the new one (its host and ports may be new)."""
-        km = self.manager.km(kernel_id)
-        provisioner = self.manager.provisioner(kernel_id)
-        deadline = time.monotonic() + self.manager.settings.ready_timeout
+        km = self.registry.km(kernel_id)
+        provisioner = self.registry.provisioner(kernel_id)
+        deadline = time.monotonic() + self.registry.settings.ready_timeout
         while not (provisioner is not None and provisioner.run_id not in (None, dead_run) and km.ready.done()
                    and await km.is_alive()):
             if provisioner is not None and provisioner.start_error:
                 raise OperationFailed(provisioner.start_error)
             if provisioner is not None and provisioner.waiting:
                 # queued in its placement (which bounds that wait itself): the clock starts after
-                deadline = time.monotonic() + self.manager.settings.ready_timeout
+                deadline = time.monotonic() + self.registry.settings.ready_timeout
             if time.monotonic() > deadline:
                 raise OperationFailed("jupyter_client did not start the kernel again")
             await asyncio.sleep(0.2)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gpuckpt_store import protocol
 
@@ -23,10 +23,13 @@ from ..errors import GPUCheckpointError, OperationFailed, StoreUnavailable
 from ..extension.events import Emit
 from ..kernels import kernel_calls
 from ..kernels.lifecycle import KernelRecord, State
+from ..kernels.registry import KernelRegistry
+from ..kernels.relocation import Relocation
 from ..placement.gpus import GPUPool
-
-if TYPE_CHECKING:
-    from ..kernels.manager import CheckpointManager
+from ..staging.host_memory import HostMemory
+from ..staging.retention import Retention
+from ..staging.write_behind import WriteBehind
+from ..tasks import BackgroundTasks
 
 SafeState = Callable[[str], Awaitable[tuple[State, str | None]]]
 """``safe_state(reason)`` after a failure: the state to go back to, and what cells waiting
@@ -52,10 +55,34 @@ def _message(error: BaseException) -> str:
 
 
 class OperationRunner:
-    """What every operation of one :class:`~.manager.CheckpointManager` shares."""
+    """What every operation shares: the parts below it, given, and the one way to run.
 
-    def __init__(self, manager: CheckpointManager, emit: Emit) -> None:
-        self.manager = manager
+    Parameters
+    ----------
+    registry
+        The kernels and their records.
+    relocation
+        Told when a kernel may listen elsewhere (after a resume or a restart).
+    retention
+        The store, and pruning after a checkpoint.
+    write_behind
+        Where staged checkpoints are made durable.
+    host_memory
+        Where staged suspends put the kernel's state.
+    tasks
+        Where background work runs.
+    emit
+        ``emit(event, data)`` for lifecycle events (see ``events.py``).
+    """
+
+    def __init__(self, registry: KernelRegistry, relocation: Relocation, retention: Retention,
+                 write_behind: WriteBehind, host_memory: HostMemory, tasks: BackgroundTasks, emit: Emit) -> None:
+        self.registry = registry
+        self.relocation = relocation
+        self.retention = retention
+        self.write_behind = write_behind
+        self.host_memory = host_memory
+        self.tasks = tasks
         self.emit = emit
 
     # -- the one way to run an operation -------------------------------------------------
@@ -77,23 +104,23 @@ class OperationRunner:
             try:
                 record.state, waiting = await safe_state(message)
             except Exception as cleanup:
-                self.manager.tasks.log.error("gpuckpt: cleaning up after %s of %s failed", event,
+                self.tasks.log.error("gpuckpt: cleaning up after %s of %s failed", event,
                                              record.kernel_id, exc_info=cleanup)
                 record.state, waiting = State.FAILED, message
             record.last_error = message
             record.progress = None
             record.back(waiting)
-            self.manager.records.save()
+            self.registry.records.save()
             self.emit(event, {"kernel_id": record.kernel_id, "phase": "failed", "reason": reason,
                               "error": message})
             if isinstance(error, Exception) and not isinstance(error, GPUCheckpointError):
                 raise OperationFailed(message) from error
             raise
         record.progress = None
-        self.manager.records.save()
+        self.registry.records.save()
         # whoever is told it is done (suspended, say) can count on the ledger: a server killed
         # right after registers the kernel again as it was told
-        await self.manager.records.saved()
+        await self.registry.records.saved()
         self.emit(event, {"kernel_id": record.kernel_id, "phase": "done", "reason": reason, **op.done,
                           "seconds": time.time() - op.started})
 
@@ -104,8 +131,8 @@ class OperationRunner:
         is not the user's activity: a caller that runs it for the user says so itself.
         """
         kernel_id = record.kernel_id
-        km = self.manager.km(kernel_id)
-        provisioner = self.manager.provisioner(kernel_id)
+        km = self.registry.km(kernel_id)
+        provisioner = self.registry.provisioner(kernel_id)
 
         def on_progress(done: int, total: int) -> None:
             record.progress = done / total
@@ -113,7 +140,7 @@ class OperationRunner:
                 self.emit(event, {"kernel_id": kernel_id, "phase": "progress", "bytes_done": done,
                                   "bytes_total": total})
 
-        settings = self.manager.settings
+        settings = self.registry.settings
         answer = await kernel_calls.call(km, function, ready_timeout=settings.ready_timeout,
                                          stall_timeout=settings.stall_timeout,
                                          alive=provisioner.running if provisioner else None,
@@ -126,7 +153,7 @@ class OperationRunner:
         """Refuse before anything starts when the store cannot be written; the reason is also
         kept in ``last_error``, where the panel and ``jupyter gpuckpt list`` show it."""
         try:
-            await self.manager.check_store()
+            await self.retention.check_store()
         except StoreUnavailable as e:
             record.last_error = str(e)
             raise
@@ -134,17 +161,17 @@ class OperationRunner:
     def _result(self, kernel_id: str, outcome: str) -> dict[str, Any]:
         """The kernel's model after an operation, with the GPUs' last reading (which GPUs it
         holds is current; reading them again would keep the answer waiting on NVML)."""
-        return {**self.manager.model_with(kernel_id, GPUPool.instance().last.gpus), "outcome": outcome}
+        return {**self.registry.model_with(kernel_id, GPUPool.instance().last.gpus), "outcome": outcome}
 
     async def _source(self, kernel_id: str, checkpoint_id: str) -> Path:
         """Where to read a checkpoint from: host memory when its staged copy is there and the
         kernel runs on this host (no disk read), else the store."""
-        provisioner = self.manager.provisioner(kernel_id)
-        host = self.manager.host_memory
+        provisioner = self.registry.provisioner(kernel_id)
+        host = self.host_memory
         if (provisioner is not None and provisioner.host_memory_shared
                 and await asyncio.to_thread(host.has, checkpoint_id)):
             return host.root
-        return self.manager.settings.store_root
+        return self.registry.settings.store_root
 
     async def _restore(self, record: KernelRecord, checkpoint_id: str, event: str, comms_kept: bool) -> dict[str, Any]:
         """Restore ``checkpoint_id`` into the kernel's new process; ``comms_kept``: the notebook's
@@ -156,12 +183,12 @@ class OperationRunner:
         except OperationFailed:
             # a copy in host memory that could not be read: the store's, if it has it (a failed
             # restore leaves the kernel's namespace as it was)
-            store = self.manager.settings.store_root
-            if source == store or checkpoint_id not in await asyncio.to_thread(self.manager.store().ids):
+            store = self.registry.settings.store_root
+            if source == store or checkpoint_id not in await asyncio.to_thread(self.retention.store().ids):
                 raise
             source = store
             report = await self._call(record, "restore", event, store=str(source), **args)
-        record.report = {**report, "source": "host memory" if source == self.manager.host_memory.root else "store"}
+        record.report = {**report, "source": "host memory" if source == self.host_memory.root else "store"}
         return record.report
 
     def _tell(self, record: KernelRecord, headline: str, report: dict[str, Any], notice: bool = False) -> None:
@@ -171,7 +198,7 @@ class OperationRunner:
         offer = {"ask": f"Run `%gpuckpt rebuild` to re-run cell(s) {cells} and rebuild what was not restored.",
                  "always": f"Re-running cell(s) {cells} to rebuild what was not restored."}
         lines = [headline, str(report.get("text") or ""),
-                 offer.get(self.manager.settings.rebuild_skipped, "") if cells else ""]
+                 offer.get(self.registry.settings.rebuild_skipped, "") if cells else ""]
         record.pending_report = "\n".join(line for line in lines if line)
         missing = [s["name"] for s in [*(report.get("skipped") or []), *(report.get("lost") or [])]]
         if missing or notice:  # the report has the reasons

@@ -20,7 +20,8 @@ from typing import Any
 from ..extension.events import Emit
 from ..kernels import activity
 from ..kernels.lifecycle import AWAY, State
-from ..kernels.manager import CheckpointManager
+from ..kernels.registry import KernelRegistry
+from ..operations.actions import KernelOperations
 from ..placement import GPUCheckpointProvisioner
 from ..placement.gpus import GPUPool
 from . import decisions as policy
@@ -54,12 +55,14 @@ def user_name() -> str:
 
 
 class Reclaimer:
-    """Runs policy passes over one manager's kernels.
+    """Runs policy passes over the registry's kernels.
 
     Parameters
     ----------
-    manager
-        The kernels, their records and operations.
+    registry
+        The kernels and their records.
+    operations
+        What a decision asks for: suspend, checkpoint, convert.
     policy_for
         The effective policy of a kernel (the server's, with its kernelspec's overrides).
     floors
@@ -73,10 +76,12 @@ class Reclaimer:
         Where the passes' failures are logged (:attr:`faults`).
     """
 
-    def __init__(self, manager: CheckpointManager, policy_for: Callable[[str], policy.Policy],
-                 floors: Mapping[str, int], group_of: Callable[[str], str], emit: Emit,
+    def __init__(self, registry: KernelRegistry, operations: KernelOperations,
+                 policy_for: Callable[[str], policy.Policy], floors: Mapping[str, int],
+                 group_of: Callable[[str], str], emit: Emit,
                  log: logging.Logger | logging.LoggerAdapter[Any]) -> None:
-        self.manager = manager
+        self.registry = registry
+        self.operations = operations
         self.policy_for = policy_for
         self.floors = floors
         self.group_of = group_of
@@ -86,8 +91,8 @@ class Reclaimer:
     def view(self, kernel_id: str, model: dict[str, Any], now: float, gpus_known: bool = True) -> policy.KernelView:
         """The kernel as the policy sees it, from its REST model (``gpus_known``: its GPUs'
         figures are fresh; if not, it counts as busy, as if they were working)."""
-        record = self.manager.record(kernel_id)
-        provisioner = self.manager.provisioner(kernel_id)
+        record = self.registry.record(kernel_id)
+        provisioner = self.registry.provisioner(kernel_id)
         last = model["last_checkpoint"]
         idle = model["idle_seconds"]
         warned = record.warned_at
@@ -100,14 +105,14 @@ class Reclaimer:
             len(model["gpus"]), max((g["utilization"] for g in model["gpus"]), default=0),
             model["connections"] or 0, model["suspendable"], int((last or {}).get("bytes_total") or 0),
             self.group_of(kernel_id), provisioner.demand_pool if provisioner else "",
-            tuple(self.manager.watcher.gaps.get(kernel_id, ())), warned, model["parked_for"], age,
-            user_gaps=tuple(self.manager.watcher.user_gaps))
+            tuple(self.registry.watcher.gaps.get(kernel_id, ())), warned, model["parked_for"], age,
+            user_gaps=tuple(self.registry.watcher.user_gaps))
 
     async def demand(self, kernel_ids: list[str]) -> dict[str, policy.Demand]:
         """The GPU requests waiting in each pool that these kernels' GPUs could serve."""
         found: dict[str, policy.Demand] = {}
         for kernel_id in kernel_ids:
-            provisioner = self.manager.provisioner(kernel_id) if kernel_id in self.manager.kernel_manager else None
+            provisioner = self.registry.provisioner(kernel_id) if kernel_id in self.registry.kernel_manager else None
             if provisioner is None or provisioner.demand_pool in found:
                 continue
             pool = provisioner.demand_pool
@@ -129,7 +134,7 @@ class Reclaimer:
                 held[v.group] = held.get(v.group, 0) + v.gpus
         asked: set[type[GPUCheckpointProvisioner]] = set()
         for kernel_id in kernel_ids:
-            provisioner = self.manager.provisioner(kernel_id) if kernel_id in self.manager.kernel_manager else None
+            provisioner = self.registry.provisioner(kernel_id) if kernel_id in self.registry.kernel_manager else None
             if provisioner is None or type(provisioner) in asked:
                 continue
             asked.add(type(provisioner))
@@ -160,13 +165,13 @@ class Reclaimer:
             self.faults.worked("gpus")
         else:
             self.faults.failed("gpus", "", readings.error)
-        kernel_ids = list(self.manager.kernel_manager.list_kernel_ids())
+        kernel_ids = list(self.registry.kernel_manager.list_kernel_ids())
         views: list[policy.KernelView] = []
         policies: dict[str, policy.Policy] = {}
         blind: set[str] = set()  # kernels on GPUs whose figures are not fresh
         for kernel_id in kernel_ids:
             try:
-                model = self.manager.model_with(kernel_id, readings.gpus)
+                model = self.registry.model_with(kernel_id, readings.gpus)
                 known = not readings.stale.intersection(g["uuid"] for g in model["gpus"])
                 policies[kernel_id] = self.policy_for(kernel_id)
                 views.append(self.view(kernel_id, model, now, gpus_known=known))
@@ -188,7 +193,7 @@ class Reclaimer:
 
     async def _act(self, decision: policy.Decision, now: float) -> None:
         kernel_id = decision.kernel_id
-        record = self.manager.records.get(kernel_id)
+        record = self.registry.records.get(kernel_id)
         if record is None:
             return
         if decision.action is None and record.state in AWAY and \
@@ -201,12 +206,12 @@ class Reclaimer:
                 self._announce(decision)
             elif decision.action == "suspend":
                 self._announce(decision)
-                await self.manager.operations.suspend(kernel_id, reason="policy")
+                await self.operations.suspend(kernel_id, reason="policy")
                 record.warned_at = None
             elif decision.action == "checkpoint":
-                await self.manager.operations.checkpoint(kernel_id, reason="periodic")
+                await self.operations.checkpoint(kernel_id, reason="periodic")
             elif decision.action == "convert":
-                await self.manager.operations.convert(kernel_id, reason="policy")
+                await self.operations.convert(kernel_id, reason="policy")
         except Exception as e:  # the kernel's alone: the others' actions go on
             self.faults.failed("action", kernel_id, e, f"the policy's {decision.action} of kernel {kernel_id}")
         else:
@@ -220,11 +225,11 @@ class Reclaimer:
     async def keep(self, kernel_id: str) -> dict[str, Any]:
         """The user chose "Keep running": it counts as activity, so the warned suspend is off
         and the idle time starts again. Returns the kernel's model."""
-        record = self.manager.record(kernel_id)
-        activity.touch(self.manager.km(kernel_id))
+        record = self.registry.record(kernel_id)
+        activity.touch(self.registry.km(kernel_id))
         record.warned_at = None
         reason = "the user chose Keep running"
         record.decision = policy.Decision(kernel_id, None, f"kept: {reason}").to_json()
         self.emit("policy", {"kernel_id": kernel_id, "action": "kept", "reason": reason, "due_in": None,
                              "for_demand": False})
-        return await self.manager.model(kernel_id)
+        return await self.registry.model(kernel_id)

@@ -19,38 +19,31 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpuckpt_store import CheckpointInfo, list_checkpoints
+from gpuckpt_store import list_checkpoints
 
 from ..extension.events import Emit
-from ..kernels.lifecycle import AWAY, KernelRecord
-
-if TYPE_CHECKING:
-    from ..kernels.manager import CheckpointManager
+from ..kernels.lifecycle import AWAY, KernelRecord, State
+from ..kernels.registry import KernelRegistry
+from ..tasks import BackgroundTasks
+from .host_memory import HostMemory
+from .retention import DURABLE, STAGED, Retention, last_checkpoint_of
 
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Waits between attempts; the last repeats."""
 PERMANENT = ("IntegrityError", "CheckpointNotFound", "RestoreError")
 """Writer errors that another attempt cannot mend: the staged copy is damaged or unreadable."""
-STAGED = "staged"
-DURABLE = "durable"
-
-
-def last_checkpoint_of(info: CheckpointInfo) -> dict[str, Any]:
-    """A kernel's ``last_checkpoint`` when it falls back to a durable checkpoint of the store
-    (its newest went): what the listing says of it."""
-    created = datetime.fromisoformat(info.created).timestamp() if info.created else None
-    return {"id": info.id, "bytes_total": info.nbytes, "variables": info.variables, "time": created,
-            "last_cell": None, "durability": DURABLE}
-
 
 class WriteBehind:
-    """Runs and retries the durable writes of one manager's staged checkpoints."""
+    """Runs and retries the durable writes of the registry's staged checkpoints."""
 
-    def __init__(self, manager: CheckpointManager, emit: Emit, python: str = sys.executable) -> None:
-        self.manager = manager
+    def __init__(self, registry: KernelRegistry, retention: Retention, host_memory: HostMemory,
+                 tasks: BackgroundTasks, emit: Emit, python: str = sys.executable) -> None:
+        self.registry = registry
+        self.retention = retention
+        self.host_memory = host_memory
+        self.tasks = tasks
         self.emit = emit
         self.python = python
         self._writing: dict[str, asyncio.Task[Any]] = {}
@@ -60,12 +53,23 @@ class WriteBehind:
         """Make ``checkpoint_id`` (staged, of ``record``'s kernel) durable in the background."""
         task = self._writing.get(checkpoint_id)
         if task is None or task.done():
-            self._writing[checkpoint_id] = self.manager.tasks.start(
+            self._writing[checkpoint_id] = self.tasks.start(
                 f"write-behind {checkpoint_id} of {record.kernel_id}", self._write(record, checkpoint_id))
 
     def writing(self) -> set[str]:
         """The checkpoints being written now."""
         return {c for c, task in self._writing.items() if not task.done()}
+
+    def staged_in_use(self) -> set[str]:
+        """Staged copies that must stay in host memory: not yet in the store, being written to
+        it, or being read by a resume."""
+        ids = self.writing()
+        for record in self.registry.records:
+            last = (record.last_checkpoint or {}).get("id")
+            if last and ((record.last_checkpoint or {}).get("durability") == STAGED
+                         or record.state == State.RESTORING):
+                ids.add(last)
+        return ids
 
     async def resume_pending(self, ours: Callable[[str], bool]) -> None:
         """After a server restart: write what this server left staged when it stopped, the
@@ -79,21 +83,21 @@ class WriteBehind:
             the ledger, or adopted), whose staged copies it handles. Another running server's
             copies are left alone: it writes them, and keeps those its kernels resume from.
         """
-        for record in self.manager.records:
+        for record in self.registry.records:
             last = record.last_checkpoint or {}
             if last.get("durability") == STAGED:
                 self.start(record, last["id"])
-        durable = set(await asyncio.to_thread(self.manager.store().ids))
-        for info in await asyncio.to_thread(list_checkpoints, self.manager.host_memory.store()):
+        durable = set(await asyncio.to_thread(self.retention.store().ids))
+        for info in await asyncio.to_thread(list_checkpoints, self.host_memory.store()):
             if info.id in self._writing or not info.kernel_id:
                 continue
-            known = self.manager.records.get(info.kernel_id)
+            known = self.registry.records.get(info.kernel_id)
             if known is None and not ours(info.kernel_id):
                 continue
             if info.id not in durable:
                 self.start(known or KernelRecord(info.kernel_id), info.id)
             elif known is None:
-                await asyncio.to_thread(self.manager.host_memory.drop, info.id)
+                await asyncio.to_thread(self.host_memory.drop, info.id)
 
     async def durable(self, checkpoint_id: str) -> None:
         """Wait until ``checkpoint_id``'s write-behind has ended (tests, the benchmark)."""
@@ -104,13 +108,13 @@ class WriteBehind:
     # -- one checkpoint ------------------------------------------------------------------
 
     async def _write(self, record: KernelRecord, checkpoint_id: str) -> None:
-        host = self.manager.host_memory
+        host = self.host_memory
         attempt = 0
         started = time.monotonic()
         try:
             while True:
                 if not await asyncio.to_thread(host.has, checkpoint_id):
-                    if checkpoint_id not in await asyncio.to_thread(self.manager.store().ids):
+                    if checkpoint_id not in await asyncio.to_thread(self.retention.store().ids):
                         await self._lost(record, checkpoint_id)
                         return
                     result: dict[str, Any] = {}  # a writer finished it, and its server stopped before it heard
@@ -135,18 +139,18 @@ class WriteBehind:
             record.last_checkpoint = {**(record.last_checkpoint or {}), "durability": DURABLE}
         if record.durable_checkpoint is None or checkpoint_id > record.durable_checkpoint:  # ids sort by time
             record.durable_checkpoint = checkpoint_id
-        self.manager.records.save()
+        self.registry.records.save()
         self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "durable", "checkpoint_id": checkpoint_id,
                               "bytes_written": int(result.get("bytes_written", 0)),
                               "seconds": time.monotonic() - started})
         await self.tidy(record)
-        await self.manager.prune(record.kernel_id)
+        await self.retention.prune(record.kernel_id)
 
     async def _attempt(self, record: KernelRecord, checkpoint_id: str) -> tuple[dict[str, Any], str | None]:
         """Run one writer process to its end: its last line, and the error if it failed."""
-        settings = self.manager.settings
+        settings = self.registry.settings
         process = await asyncio.create_subprocess_exec(
-            self.python, "-m", "kernel_hooks.write_behind", "--staged", str(self.manager.host_memory.root),
+            self.python, "-m", "kernel_hooks.write_behind", "--staged", str(self.host_memory.root),
             "--store", str(settings.store_root), "--checkpoint", checkpoint_id,
             "--bandwidth", str(settings.write_behind_bandwidth),
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
@@ -188,14 +192,14 @@ class WriteBehind:
         if (record.last_checkpoint or {}).get("id") != checkpoint_id:
             return
         durable = record.durable_checkpoint
-        infos = await asyncio.to_thread(list_checkpoints, self.manager.store()) if durable else []
+        infos = await asyncio.to_thread(list_checkpoints, self.retention.store()) if durable else []
         fallback = next((info for info in infos if info.id == durable and not info.problem), None)
         record.last_checkpoint = (last_checkpoint_of(fallback) if fallback else
                                   {"id": durable, "durability": DURABLE, "time": None} if durable else None)
         record.notice = (f"The staged checkpoint {checkpoint_id} {why}; " +
                          (f"the kernel resumes from {durable}, its last durable checkpoint." if durable else
                           "there is no earlier checkpoint to resume from."))
-        self.manager.records.save()
+        self.registry.records.save()
         self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "write_failed", "checkpoint_id": checkpoint_id,
                               "error": record.notice})
 
@@ -203,10 +207,10 @@ class WriteBehind:
         """Drop the kernel's staged copies that are in the store and that no resume needs now
         (a suspended kernel keeps its copy, for a resume from memory; a shut down one keeps none).
         A copy not in the store yet is never dropped here."""
-        host = self.manager.host_memory
-        kept = record.state in AWAY and self.manager.records.get(record.kernel_id) is record
+        host = self.host_memory
+        kept = record.state in AWAY and self.registry.records.get(record.kernel_id) is record
         keep = (record.last_checkpoint or {}).get("id") if kept else None
-        durable = set(await asyncio.to_thread(self.manager.store().ids))
+        durable = set(await asyncio.to_thread(self.retention.store().ids))
         staged = await asyncio.to_thread(list_checkpoints, host.store())
         for info in staged:
             if (info.kernel_id == record.kernel_id and info.id in durable and info.id != keep

@@ -26,14 +26,25 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import IntegrityError
 from .layout import MANIFEST, is_checkpoint_id, is_digest
 from .records import referenced_blobs
 
-if TYPE_CHECKING:
-    from .store import CheckpointStore
+
+class StoreFolders(Protocol):
+    """The folders of a :class:`~.store.CheckpointStore` that collection reads (the store
+    calls collection, so collection names only what it needs of it)."""
+
+    @property
+    def checkpoints(self) -> Path: ...
+
+    @property
+    def blobs_dir(self) -> Path: ...
+
+    @property
+    def writers_dir(self) -> Path: ...
 
 STALE_SECONDS = 6 * 3600
 """Temporary files and journals of another host are only taken as dead once this old."""
@@ -69,7 +80,7 @@ class SaveJournal:
     left behind names a dead writer's blobs, which :func:`collect_garbage` removes.
     """
 
-    def __init__(self, store: CheckpointStore) -> None:
+    def __init__(self, store: StoreFolders) -> None:
         self.path = store.writers_dir / f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(6)}"
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o600)
         self._file = os.fdopen(fd, "w")
@@ -97,7 +108,7 @@ class _Writers:
     dead: list[Path] = field(default_factory=list)
 
 
-def _read_journals(store: CheckpointStore, now: float) -> _Writers:
+def _read_journals(store: StoreFolders, now: float) -> _Writers:
     writers = _Writers()
     try:
         entries = list(os.scandir(store.writers_dir))
@@ -121,7 +132,7 @@ def _read_journals(store: CheckpointStore, now: float) -> _Writers:
     return writers
 
 
-def _named_by_manifests(store: CheckpointStore) -> set[str]:
+def _named_by_manifests(store: StoreFolders) -> set[str]:
     """Blobs any manifest on disk names, trusted or not: what might still be restored is
     never deleted (a manifest that fails its signature is refused on load, not destroyed)."""
     named: set[str] = set()
@@ -139,7 +150,7 @@ def _named_by_manifests(store: CheckpointStore) -> set[str]:
     return named
 
 
-def collect_garbage(store: CheckpointStore, min_age: float = 3600.0) -> int:
+def collect_garbage(store: StoreFolders, min_age: float = 3600.0) -> int:
     """Delete the blobs no checkpoint needs (see the module doc); returns how many."""
     now = time.time()
     writers = _read_journals(store, now)
@@ -164,7 +175,7 @@ def collect_garbage(store: CheckpointStore, min_age: float = 3600.0) -> int:
     return removed
 
 
-def collect_leftovers(store: CheckpointStore) -> None:
+def collect_leftovers(store: StoreFolders) -> None:
     """Remove what saves that died left: temporary files, and (if a dead writer's journal
     is found) the blobs it published. A save calls it before it starts its own journal."""
     now = time.time()

@@ -5,13 +5,13 @@ The pickler hands each big buffer to :class:`OutOfBand` as a :class:`Slot` wrapp
 pickle, and the loader supplies the buffers, read back in parallel, in the same order.
 Views keep pointing into one shared buffer (numpy arrays into their base array, tensors
 into their storage), so objects that shared memory before the checkpoint still share it.
-Support for each library loads only when the user's code has already imported it.
+Support for each library loads only when the user's code has already imported it
+(:mod:`.reducer_table`).
 """
 
 from __future__ import annotations
 
 import pickle
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -110,36 +110,6 @@ class OutOfBand:
         if self.sink is not None:
             self.pending.append(slot.store(self.sink))
         return False
-
-    def reducers(self) -> dict[type, Callable[[Any], Reduction]]:
-        """Reducers for the array types, and the live objects, of the libraries the kernel has imported."""
-        table: dict[type, Callable[[Any], Reduction]] = {Slot: self.reduce_slot}
-        if "numpy" in sys.modules:
-            from . import numpy_arrays
-
-            table.update(numpy_arrays.reducers(self))
-        if "torch" in sys.modules:
-            from . import torch_tensors
-
-            table.update(torch_tensors.reducers(self))
-        if "cupy" in sys.modules:
-            from . import cupy_arrays
-
-            table.update(cupy_arrays.reducers(self))
-        if "jax" in sys.modules:
-            from . import jax_arrays
-
-            table.update(jax_arrays.reducers(self))
-        if "pyarrow" in sys.modules:
-            from . import arrow_arrays
-
-            table.update(arrow_arrays.reducers(self))
-        # Live objects (locks, loggers, executors, DataLoaders, widgets, bokeh models),
-        # rebuilt as working objects on restore; see .live_objects.
-        from . import live_objects
-
-        table.update(live_objects.reducers())
-        return table
 
 
 def host_slot(out: OutOfBand, key: Any, owner: Any, kind: str, view: memoryview, made: bool = False) -> Slot:

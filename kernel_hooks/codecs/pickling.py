@@ -32,7 +32,7 @@ from typing import Any
 
 import cloudpickle
 
-from . import isolation
+from . import isolation, reducer_table
 from .arrays import OutOfBand
 from .live_objects import on_commit
 
@@ -193,7 +193,7 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
         self._out = out
         self._on_variable = on_variable
         self._namespace = namespace
-        self._reducers = out.reducers()
+        self._reducers = reducer_table.reducers(out)
         self._reducers[Variable] = self._reduce_variable
         self._cloudpickle_table = {
             kind: reduce for kind, reduce in cloudpickle.Pickler.dispatch_table.items()

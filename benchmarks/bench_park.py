@@ -4,7 +4,7 @@ against the PCIe limit measured in the same run.
 Run on a GPU machine (driver 570+, torch with CUDA, cuda-bindings): ``python
 benchmarks/bench_park.py [--gib 40] [--runs 3]``. A child Python first measures pinned
 device-to-host and host-to-device copy speeds with torch, then holds the tensors. Each run
-parks it through ``jupyter_gpuckpt.staging.parking`` (the helper the server runs) and times until
+parks it through ``jupyter_gpuckpt.placement.parking`` (the helper the server runs) and times until
 NVML shows the memory freed, then unparks it and times until it answers a CUDA call; the
 tensors are checked after each run. The size is cut to the GPU's free memory and the host's
 available memory (the driver holds the parked bytes there); the report says which.
@@ -27,7 +27,7 @@ from harness import align, progress
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from jupyter_gpuckpt.staging import parking  # noqa: E402  (this checkout, installed or not)
+from jupyter_gpuckpt.placement import parking  # noqa: E402  (this checkout, installed or not)
 
 GIB = 1 << 30
 FREE_WAIT = 60.0

@@ -66,7 +66,7 @@ from live_server import TOKEN, Server, running_server  # noqa: E402  (the tests'
 from server_fixtures import ws_request  # noqa: E402
 from slurm_cluster import SCRIPT, SlurmCluster  # noqa: E402
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json, slurm_config  # noqa: E402
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json, slurm_config  # noqa: E402
 from jupyter_gpuckpt.placement.slurm_commands import ENDED  # noqa: E402
 
 SPEC = "python3-gpuckpt-slurm"

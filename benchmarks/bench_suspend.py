@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from harness import raw_write  # noqa: E402
 from live_server import KERNEL_NAME, Server, running_server  # noqa: E402  (the tests' server helper)
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json  # noqa: E402
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json  # noqa: E402
 from jupyter_gpuckpt.staging.host_memory import default_root  # noqa: E402
 
 BUILD = {

@@ -10,7 +10,7 @@ from kernels import Kernel, KernelFactory
 from server_fixtures import FAST_KERNEL_NAME, KERNEL_NAME, SLURM_KERNELSPECS
 from traitlets.config import Config
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from typing import Any
 
 import psutil
 
-from jupyter_gpuckpt.cli.kernelspec import slurm_config
+from jupyter_gpuckpt.placement.kernelspec import slurm_config
 
 KERNEL_NAME = "python3-gpuckpt"
 FAST_KERNEL_NAME = "python3-gpuckpt-fast"

@@ -1,6 +1,6 @@
 """CUDA park where it cannot work (CI machines have no CUDA driver): a real running process is
 asked to park through the real helper, from the command line and through
-``jupyter_gpuckpt.staging.parking``, and the refusal says why in plain words.
+``jupyter_gpuckpt.placement.parking``, and the refusal says why in plain words.
 
 Which reason depends on the kernel's environment: without cuda-bindings it says so; with them
 (a Python that has them), it is the missing driver. Real parking runs in tests/test_gpu_park.py.
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpuckpt.errors import ParkFailed, ParkUnsupported
-from jupyter_gpuckpt.staging import parking
+from jupyter_gpuckpt.placement import parking
 
 ROOT = Path(__file__).resolve().parents[1]
 NO_BINDINGS = "cuda-python is not installed in the kernel's environment (pip install cuda-bindings)"

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import api, run, start_kernel
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpuckpt.extension import events
+from jupyter_gpuckpt import events
 from jupyter_gpuckpt.placement.gpus import GPUPool
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -202,7 +202,7 @@ async def test_a_stopped_server_counts_its_released_gpus_until_it_stops_and_no_l
         jp_fetch: Any, jp_serverapp: Any, one_test_gpu: None) -> None:
     from prometheus_client import REGISTRY
 
-    from jupyter_gpuckpt.extension import metrics
+    from jupyter_gpuckpt import metrics
 
     kernel_id = await start_kernel(jp_fetch)
     await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")

@@ -2,7 +2,7 @@
 in this environment): a real process holding 1 GiB of known CUDA values is parked (NVML shows
 the memory freed), then unparked (the memory is back and the values check out).
 
-No Jupyter server: the process stands for a kernel, and ``jupyter_gpuckpt.staging.parking`` runs the
+No Jupyter server: the process stands for a kernel, and ``jupyter_gpuckpt.placement.parking`` runs the
 same helper the server runs. Where park cannot work here the tests fail with the reason.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from jupyter_gpuckpt.errors import ParkFailed, ParkUnsupported
-from jupyter_gpuckpt.staging import parking
+from jupyter_gpuckpt.placement import parking
 
 torch = pytest.importorskip("torch")
 pynvml = pytest.importorskip("pynvml")

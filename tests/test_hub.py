@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hub_fixtures import ADMIN, USERS, Hub, running_hub
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
 from jupyter_gpuckpt.hub.access import reach
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 
 LOOSE = "bobs-never-suspended"
 """A kernelspec bob installs for himself, asking to be exempt from the admin's policy."""

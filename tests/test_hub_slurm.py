@@ -22,7 +22,7 @@ import pytest
 from hub_fixtures import ADMIN, TESTER_TOKEN, Hub, running_hub
 from slurm_cluster import SlurmCluster
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json, slurm_config
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json, slurm_config
 
 pytestmark = [pytest.mark.slurm]
 

@@ -32,10 +32,10 @@ from live_server import KERNEL_NAME, Server, running_server
 from server_fixtures import api, loop_stalls, run, start_kernel, write_behind_writers
 
 from gpuckpt_store import CheckpointStore
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
 from jupyter_gpuckpt.kernels.ledger import Ledger, default_server_id, server_key
 from jupyter_gpuckpt.kernels.lifecycle import State
 from jupyter_gpuckpt.kernels.records import KernelRecords
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 
 LOG = logging.getLogger("test_ledger_ownership")
 WRITER = textwrap.dedent("""

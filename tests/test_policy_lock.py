@@ -18,8 +18,8 @@ from server_fixtures import KERNEL_NAME, api, start_kernel
 from traitlets import TraitError
 from traitlets.config import Config
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
 from jupyter_gpuckpt.extension.app import GPUCheckpointApp
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 from jupyter_gpuckpt.policy.decisions import POLICY_FIELDS, KernelView, Policy, decide
 from jupyter_gpuckpt.policy.overrides import TIGHTER, overridden
 from jupyter_gpuckpt.policy.reclaim import unix_group, user_name

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from server_fixtures import api, run, start_kernel
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 
 LATE_KERNEL_NAME = "python3-gpuckpt-late"
 """A gpuckpt kernelspec without ``--ext=kernel_hooks``: the hooks are importable, not loaded."""

@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from server_fixtures import api, run, start_kernel, ws_execute
 from tornado.httpclient import HTTPClientError
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
-from jupyter_gpuckpt.extension import events
+from jupyter_gpuckpt import events
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 from jupyter_gpuckpt.policy.reclaim import unix_group
 
 

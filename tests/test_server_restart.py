@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from live_server import KERNEL_NAME, Server, running_server
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 
 CRASHY = "python3-gpuckpt-crashy"
 RESTARTS = 3

@@ -23,7 +23,7 @@ from server_fixtures import SLURM_KERNELSPECS, api, run, start_kernel, ws_execut
 from tornado.httpclient import HTTPClientError
 from traitlets.config import Config
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json, slurm_config
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json, slurm_config
 
 pytestmark = [pytest.mark.slurm]
 

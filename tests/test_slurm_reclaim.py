@@ -22,9 +22,9 @@ from live_server import running_server
 from server_fixtures import SLURM_KERNELSPECS, api, run, start_kernel
 from traitlets.config import Config
 
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
 from jupyter_gpuckpt.kernels.ledger import Ledger
 from jupyter_gpuckpt.placement import GPUCheckpointProvisioner, slurm_commands, slurm_queue
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 from jupyter_gpuckpt.placement.slurm import SlurmPlacement
 
 pytestmark = [pytest.mark.slurm]

@@ -21,8 +21,8 @@ from live_server import KERNEL_NAME, running_server
 from server_fixtures import api, run, start_kernel, write_behind_writers
 
 from gpuckpt_store import CheckpointStore
-from jupyter_gpuckpt.cli.kernelspec import kernelspec_json
-from jupyter_gpuckpt.extension import events
+from jupyter_gpuckpt import events
+from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 from jupyter_gpuckpt.staging.host_memory import HostMemory, default_root, parse_limit, physical_memory
 
 STATE = "import numpy as np\nrng = np.random.default_rng(7)\nweights = rng.random(2_500_000)\nnote = 'kept'"

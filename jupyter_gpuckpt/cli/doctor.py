@@ -35,10 +35,11 @@ from gpuckpt_store import (
     writable_problem,
 )
 
+from ..placement import parking
 from ..placement.gpus import read_inventory
-from ..staging import host_memory, parking
+from ..placement.kernelspec import PROVISIONER_NAME
+from ..staging import host_memory
 from .client import CLIError, GPUCheckpointClient, find_server
-from .kernelspec import PROVISIONER_NAME
 
 EXTENSION = "jupyter_gpuckpt"
 MIN_FREE_BYTES = 1 << 30

@@ -16,7 +16,8 @@ from typing import Any
 
 from gpuckpt_store import CheckpointInfo, format_table, human_bytes
 
-from . import doctor, kernelspec
+from ..placement import kernelspec
+from . import doctor
 from .client import CLIError, GPUCheckpointClient, find_server
 
 POLL_SECONDS = 0.3

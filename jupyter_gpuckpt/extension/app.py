@@ -17,6 +17,7 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, Int, List, Set, TraitE
 
 from gpuckpt_store import default_root, writable_problem
 
+from .. import events, metrics
 from ..kernels import activity
 from ..kernels.ledger import Ledger, default_server_id
 from ..kernels.lifecycle import State
@@ -29,7 +30,7 @@ from ..policy.reclaim import Reclaimer, unix_group, unix_groups, user_name
 from ..staging import host_memory
 from ..staging.host_memory import HostMemory, parse_limit
 from ..tasks import BackgroundTasks
-from . import events, metrics, wiring
+from . import wiring
 from .handlers import default_handlers
 from .websocket import SuspendAwareConnection
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..events import Emit
 from ..kernels.ledger import Ledger
 from ..kernels.records import KernelRecords
 from ..kernels.registry import KernelRegistry
@@ -29,7 +30,6 @@ from ..staging.host_memory import HostMemory
 from ..staging.retention import Retention
 from ..staging.write_behind import WriteBehind
 from ..tasks import BackgroundTasks
-from .events import Emit
 
 
 @dataclass

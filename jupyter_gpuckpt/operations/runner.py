@@ -20,7 +20,7 @@ from typing import Any
 from gpuckpt_store import protocol
 
 from ..errors import GPUCheckpointError, OperationFailed, StoreUnavailable
-from ..extension.events import Emit
+from ..events import Emit
 from ..kernels import kernel_calls
 from ..kernels.lifecycle import KernelRecord, State
 from ..kernels.registry import KernelRegistry

@@ -21,7 +21,7 @@ from tornado import web
 from traitlets import Unicode
 
 from ..errors import ParkFailed, ParkUnsupported, PlacementError, Unplaceable
-from ..policy.decisions import Demand
+from .demand import Demand
 from .gpus import GPU
 
 PLACEMENTS = "jupyter_gpuckpt.placements"

@@ -20,11 +20,11 @@ from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Float, Int
 
 from ..errors import ParkFailed, ParkUnsupported
-from ..kernels.processes import TAG, end_kernel_tree, ended
-from ..policy.decisions import Demand
-from ..staging import parking
+from . import parking
 from .contract import START_SUSPENDED, GPUCheckpointProvisioner, GPUNeeds, Location
+from .demand import Demand
 from .gpus import GPU, GPUPool
+from .processes import TAG, end_kernel_tree, ended
 
 REAP_SECONDS = 5.0
 """How long an ended kernel process may take to be waitable (its threads end after it)."""

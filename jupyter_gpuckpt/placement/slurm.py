@@ -36,12 +36,12 @@ from traitlets.log import get_logger
 from gpuckpt_store import STORE_ENV, CheckpointError, CheckpointStore, default_root
 
 from ..errors import PlacementError, Unplaceable
-from ..kernels.processes import TAG
-from ..policy.decisions import Demand
 from . import slurm_commands as slurm
 from . import slurm_queue
 from .contract import ADOPT, START_SUSPENDED, Departure, GPUCheckpointProvisioner, GPUNeeds, Location, StartFailed
+from .demand import Demand
 from .gpus import GPU
+from .processes import TAG
 from .slurm_files import JobFiles
 
 # as kernel_hooks.preemption reads them (the server does not import the kernel side)

@@ -32,6 +32,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..placement.demand import Demand
+
 RECLAIM_MODES = ("idle", "on_demand", "both")
 
 POLICY_FIELDS = ("idle_timeout", "cpu_idle_timeout", "gpu_utilization_threshold", "suspend_connected",
@@ -115,16 +117,6 @@ class KernelView:
     """Seconds since its last checkpoint; None: it has none."""
     user_gaps: Sequence[float] = ()
     """Its user's recent pauses over all their kernels: the rhythm until it has its own."""
-
-
-@dataclass
-class Demand:
-    """GPU requests waiting in one pool: kernels of this server waiting in its GPU pool, or
-    jobs pending in Slurm for GPUs this server's kernels could vacate."""
-
-    gpus: int = 0
-    waiters: Sequence[str] = ()
-    """One readable name per waiting request ("kernel 1a2b3c4d", "Slurm job 12 (bob)")."""
 
 
 @dataclass

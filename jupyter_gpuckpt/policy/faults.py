@@ -15,7 +15,7 @@ import logging
 from collections.abc import Collection
 from typing import Any
 
-from ..extension.metrics import POLICY_ERRORS, POLICY_SOURCES
+from ..metrics import POLICY_ERRORS, POLICY_SOURCES
 
 _WHAT = {"gpus": "the GPU reading", "demand": "reading the GPU requests waiting in {}",
          "groups": "reading what each group holds from {}", "kernel": "looking at kernel {}",

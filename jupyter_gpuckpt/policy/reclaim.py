@@ -17,12 +17,13 @@ import pwd
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..extension.events import Emit
+from ..events import Emit
 from ..kernels import activity
 from ..kernels.lifecycle import AWAY, State
 from ..kernels.registry import KernelRegistry
 from ..operations.actions import KernelOperations
 from ..placement import GPUCheckpointProvisioner
+from ..placement.demand import Demand
 from ..placement.gpus import GPUPool
 from . import decisions as policy
 from .faults import PolicyFaults
@@ -108,9 +109,9 @@ class Reclaimer:
             tuple(self.registry.watcher.gaps.get(kernel_id, ())), warned, model["parked_for"], age,
             user_gaps=tuple(self.registry.watcher.user_gaps))
 
-    async def demand(self, kernel_ids: list[str]) -> dict[str, policy.Demand]:
+    async def demand(self, kernel_ids: list[str]) -> dict[str, Demand]:
         """The GPU requests waiting in each pool that these kernels' GPUs could serve."""
-        found: dict[str, policy.Demand] = {}
+        found: dict[str, Demand] = {}
         for kernel_id in kernel_ids:
             provisioner = self.registry.provisioner(kernel_id) if kernel_id in self.registry.kernel_manager else None
             if provisioner is None or provisioner.demand_pool in found:
@@ -120,7 +121,7 @@ class Reclaimer:
                 found[pool] = await provisioner.demand()
             except Exception as e:  # Slurm down, say: the pool's kernels are decided with nobody waiting
                 self.faults.failed("demand", pool, e)
-                found[pool] = policy.Demand()
+                found[pool] = Demand()
             else:
                 self.faults.worked("demand", pool)
         return found

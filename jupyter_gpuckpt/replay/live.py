@@ -44,7 +44,7 @@ from urllib.parse import urlsplit
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
-from ..cli.kernelspec import PROVISIONER_NAME
+from ..placement.kernelspec import PROVISIONER_NAME
 from ..policy.decisions import POLICY_FIELDS, Policy, quantile
 from ..policy.overrides import overridden
 from .costs import CostModel

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..kernels.watcher import GAPS_KEPT, USER_GAPS_KEPT
+from ..placement.demand import Demand
 from ..policy import decisions as policy
 from .costs import CostModel
 from .trace import GB, Session, Trace
@@ -427,11 +428,11 @@ class _Simulation:
             state_bytes=k.state_bytes, group=k.session.group, pool=POOL, gaps=k.gaps, warned_at=k.warned_at,
             user_gaps=k.user_gaps)
 
-    def _demand(self) -> Mapping[str, policy.Demand]:
+    def _demand(self) -> Mapping[str, Demand]:
         if not self.queue:
             return {}
         wanted = sum(k.gpus for k in self.queue)
-        return {POOL: policy.Demand(max(0, wanted - self.free), tuple(k.session.session_id for k in self.queue))}
+        return {POOL: Demand(max(0, wanted - self.free), tuple(k.session.session_id for k in self.queue))}
 
     def _held(self) -> dict[str, int]:
         held: dict[str, int] = {}

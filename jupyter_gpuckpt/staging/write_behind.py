@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuckpt_store import list_checkpoints
 
-from ..extension.events import Emit
+from ..events import Emit
 from ..kernels.lifecycle import AWAY, KernelRecord, State
 from ..kernels.registry import KernelRegistry
 from ..tasks import BackgroundTasks

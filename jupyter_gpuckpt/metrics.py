@@ -34,8 +34,8 @@ from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ..kernels.lifecycle import State
 from .events import OPERATION_EVENTS
+from .kernels.lifecycle import State
 
 STATES = tuple(s.value for s in State)
 _SECONDS_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800)

@@ -154,7 +154,7 @@ async def test_a_kernel_the_policy_cannot_suspend_does_not_keep_the_others(
     os.kill(pid, signal.SIGSTOP)
     try:
         for _ in range(3):
-            await app.policy_pass()
+            await app.policy_loop.run_pass()
     finally:
         os.kill(pid, signal.SIGCONT)
         app.parts.registry.settings.ready_timeout = 60.0
@@ -222,7 +222,7 @@ async def test_a_hung_gpu_reading_stalls_no_request_and_suspends_nothing(
         assert loop.time() - asked < 1.0 and [g["uuid"] for g in model["gpus"]] == [GPU["uuid"]]
 
         await asyncio.sleep(0.5)
-        await asyncio.wait_for(app.policy_pass(), 5)  # idle past its timeout, on figures that are not fresh
+        await asyncio.wait_for(app.policy_loop.run_pass(), 5)  # idle past its timeout, on figures that are not fresh
         model = await api(jp_fetch, "kernels", kernel_id)
         assert model["state"] == "running" and "GPU use is unknown" in model["policy"]["reason"], model["policy"]
 
@@ -234,7 +234,7 @@ async def test_a_hung_gpu_reading_stalls_no_request_and_suspends_nothing(
 
         await _until(answered, "the GPUs are read again", timeout=10)
         assert (await api(jp_fetch, "gpus"))["read_at"] > gpus["read_at"]
-        await app.policy_pass()
+        await app.policy_loop.run_pass()
         assert (await api(jp_fetch, "kernels", kernel_id))["state"] == "suspended"
     finally:
         monkeypatch.setenv(TEST_GPUS, str(inventory))

@@ -62,7 +62,7 @@ async def test_a_call_leaves_the_kernel_idle_to_the_server(jp_fetch, jp_serverap
     await api(jp_fetch, "kernels", kernel_id, "checkpoint", method="POST")  # the user's request, and activity
     server = json.loads((await jp_fetch("api", "status")).body)["last_activity"]
     # each pass takes a busy kernel for the server's activity
-    models = await _until_the_checkpoint_ends(jp_fetch, kernel_id, 60, during=app.policy_pass)
+    models = await _until_the_checkpoint_ends(jp_fetch, kernel_id, 60, during=app.policy_loop.run_pass)
     assert len(models) > 10 and models[-1]["last_checkpoint"] is not None  # 2 s in the kernel at least
     assert {m["execution_state"] for m in models} == {"idle"}
     assert json.loads((await jp_fetch("api", "status")).body)["last_activity"] == server

@@ -106,9 +106,9 @@ async def test_gpu_readings_are_fresh_for_requests_and_the_policy(two_test_gpus,
     # the policy reads the same: a kernel whose GPU works is not idle, whatever its idle time
     app = jp_serverapp.web_app.settings["gpuckpt_app"]
     app.idle_timeout = 0.001
-    await app.policy_pass()
+    await app.policy_loop.run_pass()
     assert (await api(jp_fetch, "kernels", kernel_id))["state"] == "running"
     two_test_gpus.write_text(json.dumps([{k: v for k, v in g.items() if k in ("uuid", "name", "memory_total")}
                                          for g in busy]))
-    await app.policy_pass()
+    await app.policy_loop.run_pass()
     assert (await api(jp_fetch, "kernels", kernel_id))["state"] == "suspended"

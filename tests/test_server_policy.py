@@ -83,17 +83,17 @@ async def test_periodic_checkpoints_follow_the_users_work(jp_fetch, jp_serverapp
     app = jp_serverapp.web_app.settings["gpuckpt_app"]
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, "step = 1")
-    await app.policy_pass()
+    await app.policy_loop.run_pass()
     first = (await api(jp_fetch, "kernels", kernel_id))["last_checkpoint"]
     assert first is not None
 
     await asyncio.sleep(1.1)  # the interval passes...
-    await app.policy_pass()  # ...but nothing ran since: nothing new to save
+    await app.policy_loop.run_pass()  # ...but nothing ran since: nothing new to save
     assert (await api(jp_fetch, "kernels", kernel_id))["last_checkpoint"]["id"] == first["id"]
 
     await run(jp_serverapp, kernel_id, "step = 2")
     await asyncio.sleep(1.1)
-    await app.policy_pass()
+    await app.policy_loop.run_pass()
     latest = (await api(jp_fetch, "kernels", kernel_id))["last_checkpoint"]
     assert latest["id"] != first["id"] and latest["last_cell"] > first["last_cell"]
     assert (await api(jp_fetch, "kernels", kernel_id))["state"] == "running"

@@ -73,7 +73,7 @@ async def test_on_demand_lends_the_idle_kernels_gpu_to_a_waiting_one_and_takes_i
     await _idle_for(0.6)
 
     # nobody waits: an idle kernel keeps its GPU, however long it idles
-    await app.policy_pass()
+    await app.policy_loop.run_pass()
     model = await api(jp_fetch, "kernels", first)
     assert model["state"] == "running"
     assert model["policy"]["action"] is None and model["policy"]["reason"].endswith("nobody waits for a GPU")
@@ -84,7 +84,7 @@ async def test_on_demand_lends_the_idle_kernels_gpu_to_a_waiting_one_and_takes_i
         return bool((await api(jp_fetch, "gpus"))["waiting"])
 
     await _until(second_waits, "the second kernel waits for the only GPU")
-    await app.policy_pass()
+    await app.policy_loop.run_pass()
     second_id = await asyncio.wait_for(second, 60)
     model = await api(jp_fetch, "kernels", first)
     assert model["state"] == "suspended"
@@ -115,7 +115,7 @@ async def test_an_open_notebook_is_warned_and_keep_running_counts_as_activity(
         reply, _ = await ws_execute(ws, "kept = 41")
         assert reply["content"]["status"] == "ok"
         await _idle_for(0.4)
-        await app.policy_pass()  # idle 0.4 s: inside the warning window of a 1 s timeout
+        await app.policy_loop.run_pass()  # idle 0.4 s: inside the warning window of a 1 s timeout
         model = await api(jp_fetch, "kernels", kernel_id)
         assert model["state"] == "running" and model["policy"]["action"] == "warn"
         assert policy_events[-1]["action"] == "warn" and policy_events[-1]["kernel_id"] == kernel_id
@@ -125,12 +125,12 @@ async def test_an_open_notebook_is_warned_and_keep_running_counts_as_activity(
         assert kept["idle_seconds"] < 0.5 and kept["policy"]["reason"] == "kept: the user chose Keep running"
         assert policy_events[-1]["action"] == "kept"
         await _idle_for(0.5)
-        await app.policy_pass()  # the warning was answered: a new one, no suspend
+        await app.policy_loop.run_pass()  # the warning was answered: a new one, no suspend
         model = await api(jp_fetch, "kernels", kernel_id)
         assert model["state"] == "running" and model["policy"]["action"] == "warn"
 
         await _idle_for(1.0)
-        await app.policy_pass()  # warned 1 s ago, idle 1.5 s: now it goes
+        await app.policy_loop.run_pass()  # warned 1 s ago, idle 1.5 s: now it goes
         model = await api(jp_fetch, "kernels", kernel_id)
         assert model["state"] == "suspended"
         assert [e["action"] for e in policy_events] == ["warn", "kept", "warn", "suspend"]
@@ -155,7 +155,7 @@ async def test_a_group_floor_keeps_an_idle_gpu_kernel(one_test_gpu, jp_fetch, jp
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, "x = 1")
     await _idle_for(0.6)
-    await _app(jp_serverapp).policy_pass()
+    await _app(jp_serverapp).policy_loop.run_pass()
     model = await api(jp_fetch, "kernels", kernel_id)
     assert model["state"] == "running"
     assert model["policy"]["reason"] == f"kept: group floor ({unix_group()} keeps 1 GPU(s))"
@@ -174,7 +174,7 @@ async def test_gpu_and_cpu_kernels_have_their_own_timeouts(one_test_gpu, jp_fetc
     for kernel_id in (gpu_kernel, cpu_kernel):
         await run(jp_serverapp, kernel_id, "x = 1")
     await _idle_for(0.6)
-    await _app(jp_serverapp).policy_pass()
+    await _app(jp_serverapp).policy_loop.run_pass()
     gpu_model, cpu_model = [await api(jp_fetch, "kernels", k) for k in (gpu_kernel, cpu_kernel)]
     assert gpu_model["state"] == "running" and "of 60 min" in gpu_model["policy"]["reason"]
     assert cpu_model["gpus"] == [] and cpu_model["state"] == "suspended"
@@ -200,10 +200,10 @@ async def test_a_kernel_the_user_resumes_is_not_suspended_again_at_the_next_pass
     kernel_id = await start_kernel(jp_fetch)
     await run(jp_serverapp, kernel_id, "x = 1")
     await _idle_for(1.2)
-    await app.policy_pass()
+    await app.policy_loop.run_pass()
     assert (await api(jp_fetch, "kernels", kernel_id))["state"] == "suspended"
     await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
-    await app.policy_pass()  # the resume was the user's activity: its idle time starts again
+    await app.policy_loop.run_pass()  # the resume was the user's activity: its idle time starts again
     model = await api(jp_fetch, "kernels", kernel_id)
     assert model["state"] == "running" and model["idle_seconds"] < 1.0
 
@@ -219,7 +219,7 @@ async def test_a_running_cell_is_the_servers_activity_for_the_hubs_culler(jp_fet
         await _until(lambda: _busy(jp_fetch, kernel_id), "the cell runs")
         before = (await api(jp_fetch, "kernels", kernel_id))["last_activity"]
         await asyncio.sleep(1.0)
-        await _app(jp_serverapp).policy_pass()
+        await _app(jp_serverapp).policy_loop.run_pass()
         status = json.loads((await jp_fetch("api", "status")).body)
         # the server's, which the hub reads: later than anything the silent cell sent
         assert datetime.fromisoformat(status["last_activity"]) > datetime.fromisoformat(before)

@@ -1,10 +1,10 @@
-"""The server extension: settings, REST routes, the policy loop, and the parts' wiring (``wiring.py``)."""
+"""The server extension: its settings (traitlets), the parts built from them (``wiring.py``), and
+the server's start and stop. The policy loop is ``policy/loop.py``, events go through
+``event_bridge.py``."""
 
 from __future__ import annotations
 
 import asyncio
-import signal
-import socket
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,17 +20,18 @@ from gpuckpt_store import default_root, writable_problem
 from .. import events, metrics
 from ..kernels import activity
 from ..kernels.ledger import Ledger, default_server_id
-from ..kernels.lifecycle import State
 from ..kernels.settings import Settings
 from ..placement import GPUCheckpointProvisioner
 from ..placement.gpus import GPUPool
 from ..policy import decisions as policy
 from ..policy import overrides as policy_overrides
+from ..policy.loop import PolicyLoop
 from ..policy.reclaim import Reclaimer, unix_group, unix_groups, user_name
 from ..staging import host_memory
 from ..staging.host_memory import HostMemory, parse_limit
 from ..tasks import BackgroundTasks
-from . import wiring
+from . import sigint, wiring
+from .event_bridge import EventBridge
 from .handlers import default_handlers
 from .websocket import SuspendAwareConnection
 
@@ -204,6 +205,8 @@ class GPUCheckpointApp(ExtensionApp):
         GPUPool.instance(parent=self)
         GPUCheckpointProvisioner.store_root = Path(self.store_root)
         self.tasks = BackgroundTasks(self.log)
+        self.metrics = metrics.track(self)
+        self.emit = EventBridge(self.serverapp, self.metrics, self.log)
         settings = Settings(Path(self.store_root), self.keep_checkpoints, self.ready_timeout, self.stall_timeout,
                             self.rebuild_skipped,
                             release_mode=self.release_mode,
@@ -217,10 +220,11 @@ class GPUCheckpointApp(ExtensionApp):
         GPUCheckpointProvisioner.member_of = frozenset({GPUCheckpointProvisioner.group, *unix_groups()})
         self.reclaimer = Reclaimer(self.parts.registry, self.parts.operations, self.policy_for, self.group_floors,
                                    self.group_of, self.emit, self.log)
+        self.policy_loop = PolicyLoop(self.reclaimer, self.parts.registry, self.parts.operations, host_memory,
+                                      self.policy_interval, self._busy_is_activity)
         events.register_schemas(self.serverapp)
         assert self.serverapp.event_logger is not None, "jupyter_server 2 always has one"
         self.serverapp.event_logger.add_listener(schema_id=KERNEL_ACTIONS, listener=self._on_kernel_action)
-        self.metrics = metrics.track(self)
         problem = writable_problem(Path(self.store_root))
         if problem is not None:
             self.log.warning("gpuckpt: %s: checkpoints and suspends will fail until it is fixed "
@@ -255,15 +259,9 @@ class GPUCheckpointApp(ExtensionApp):
 
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         await self.parts.restarts.reregister()
-        self.tasks.start("policy loop", self._policy_loop())
-        if self.suspend_on_stop and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-            # Without a terminal, jupyter_server leaves SIGINT to Python: a KeyboardInterrupt that ends the
-            # process without stopping extensions or kernels. JupyterHub's local spawners stop a server
-            # with it; it must stop the server as SIGTERM does.
-            try:
-                signal.signal(signal.SIGINT, serverapp._signal_stop)
-            except ValueError:  # not the main thread: an embedded server, whose host handles signals
-                pass
+        self.tasks.start("policy loop", self.policy_loop.run())
+        if self.suspend_on_stop:
+            sigint.stop_on_sigint(serverapp)
 
     async def stop_extension(self) -> None:
         """The server stops: what is suspended stays in the ledger (the kernels jupyter_server
@@ -280,8 +278,7 @@ class GPUCheckpointApp(ExtensionApp):
                 suspend_within=self.suspend_on_stop_timeout if self.suspend_on_stop else None)
             self.parts.registry.watcher.close()
             self.metrics.stop()
-            if signal.getsignal(signal.SIGINT) == self.serverapp._signal_stop:  # ours: the next is Python's again
-                signal.signal(signal.SIGINT, signal.default_int_handler)
+            sigint.release_sigint(self.serverapp)
 
         stopping: asyncio.Future[None] | None = getattr(self, "_stopping", None)
         if stopping is None:
@@ -305,19 +302,6 @@ class GPUCheckpointApp(ExtensionApp):
             self.parts.relocation.forget(str(kernel_id))
             await self.parts.registry.records.saved()  # a server killed now must not register it again
 
-    def emit(self, event: str, data: dict[str, Any]) -> None:
-        """Log a lifecycle event, count it in the metrics and send it to the event bus.
-
-        The operations call this for every phase of every operation; ``data`` must fit the
-        event's schema in ``event_schemas/<event>/v1.yaml``.
-        """
-        self.log.info("gpuckpt %s: %s", event, data)
-        try:
-            self.metrics.observe(event, data)
-            events.emit(self.serverapp, event, data)
-        except Exception:  # a bad event must not break the kernel operation that reports it
-            self.log.exception("gpuckpt could not emit %s event %s", event, data)
-
     def start_operation(self, kernel_id: str, action: str, reason: str = "request", **options: Any) -> None:
         """Run ``action`` on a kernel in the background (a ``202`` answer); a refusal lands in
         the kernel's ``last_error``, where a client polling the kernel looks."""
@@ -333,6 +317,13 @@ class GPUCheckpointApp(ExtensionApp):
                 raise
 
         self.tasks.start(f"{action} {kernel_id}", run())
+
+    def _busy_is_activity(self) -> None:
+        """A cell that runs counts as the server's activity, though it prints nothing: the
+        server's ``last_activity`` (which JupyterHub's idle culler reads) takes every
+        ``*_last_activity`` web app setting into account."""
+        assert self.serverapp is not None
+        self.serverapp.web_app.settings["gpuckpt_last_activity"] = datetime.now(timezone.utc)
 
     # -- policy --------------------------------------------------------------------------
 
@@ -395,84 +386,3 @@ class GPUCheckpointApp(ExtensionApp):
                 "write_behind_bandwidth": self.write_behind_bandwidth, "suspend_on_stop": self.suspend_on_stop,
                 "suspend_on_stop_timeout": self.suspend_on_stop_timeout,
                 "store_problem": store_problem}
-
-    async def _policy_loop(self) -> None:
-        """A pass every ``policy_interval``, and one at once when a kernel starts waiting in
-        the GPU pool: an on-demand reclaim should not keep it waiting a whole interval.
-
-        Nothing but the server's stop ends it: each source of a pass fails alone already
-        (``reclaim.Reclaimer.run_pass``), and a pass that fails all the same is logged and
-        counted, and the next one comes at its time."""
-        woken = asyncio.Event()
-        GPUPool.instance().on_wait.append(woken.set)
-        faults = self.reclaimer.faults
-        while True:
-            try:
-                async with asyncio.timeout(self.policy_interval):  # not wait_for: see GPUPool.readings
-                    await woken.wait()
-            except TimeoutError:
-                pass
-            woken.clear()
-            try:
-                await self.policy_pass()
-            except Exception as e:  # a bug, say: the policy goes on with the next pass
-                faults.failed("pass", "", e)
-            else:
-                faults.worked("pass")
-
-    async def policy_pass(self) -> list[policy.Decision]:
-        """One pass: every kernel decided (with one GPU reading) and acted on; parked kernels
-        past the host memory limit suspended."""
-        decisions = await self.reclaimer.run_pass()
-        await self._convert_parked_over_limit()
-        self._busy_is_activity()
-        return decisions
-
-    def _busy_is_activity(self) -> None:
-        """A cell that runs counts as the server's activity, though it prints nothing: the
-        server's ``last_activity`` (which JupyterHub's idle culler reads) takes every
-        ``*_last_activity`` web app setting into account."""
-        assert self.serverapp is not None
-        kernels = self.serverapp.kernel_manager
-        if any(getattr(kernels.get_kernel(k), "execution_state", None) == "busy" for k in kernels.list_kernel_ids()):
-            self.serverapp.web_app.settings["gpuckpt_last_activity"] = datetime.now(timezone.utc)
-
-    async def _convert_parked_over_limit(self) -> None:
-        """Parked kernels' GPU state lies in host memory, beside the staged copies: past
-        ``host_memory_limit`` (when set: "0" turns staging off, not parking), the longest
-        parked are suspended (their processes ended) until the rest fit."""
-        limit = self.parts.host_memory.limit
-        parked = sorted((r for r in self.parts.registry.records if r.state == State.PARKED),
-                        key=lambda r: r.parked_at or 0)
-        if not limit or not parked:
-            return
-        faults = self.reclaimer.faults
-        try:
-            held = await asyncio.to_thread(self.parts.host_memory.used)
-        except Exception as e:  # the staging folder cannot be read: the parked kernels stay this pass
-            faults.failed("parked", "", e, f"reading what {self.staging_root} holds")
-            return
-        faults.worked("parked")
-        held += sum(int((r.last_checkpoint or {}).get("bytes_total") or 0) for r in parked)
-        for record in parked:
-            if held <= limit:
-                break
-            try:
-                await self.parts.operations.convert(record.kernel_id, reason="policy")
-                held -= int((record.last_checkpoint or {}).get("bytes_total") or 0)
-            except Exception as e:  # this kernel's alone: the next is tried
-                faults.failed("parked", record.kernel_id, e)
-            else:
-                faults.worked("parked", record.kernel_id)
-
-    async def gpus_model(self) -> dict[str, Any]:
-        """The host's GPUs as read now (off the event loop), who holds them and who waits;
-        ``read_at`` and ``reading_problem`` say when the figures were read and, if they are
-        not fresh (NVML failed or did not answer within ``GPUPool.read_timeout``), why."""
-        pool = GPUPool.instance()
-        readings = await pool.readings()
-        return {"node": socket.gethostname(),
-                "gpus": [{**g.to_json(), "kernel_id": pool.holders.get(g.uuid)} for g in readings.gpus],
-                "waiting": [{"kernel_id": k, "gpus": n} for k, n in pool.waiting.items()],
-                "read_at": datetime.fromtimestamp(readings.read_at, timezone.utc).isoformat(),
-                "reading_problem": readings.problem}

@@ -32,6 +32,7 @@ from ..errors import (
     Unplaceable,
     WrongState,
 )
+from .gpus_model import gpus_model
 from .wiring import ServerParts
 
 AUTH_RESOURCE = "kernels"
@@ -168,7 +169,7 @@ class GPUsHandler(PolledHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        await self.answer(self.app.gpus_model)
+        await self.answer(gpus_model)
 
 
 class PolicyHandler(PolledHandler):

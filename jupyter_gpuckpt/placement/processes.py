@@ -88,7 +88,11 @@ def _signal(processes: Iterable[psutil.Process], signum: int) -> None:
 
 
 async def _wait(processes: list[psutil.Process], timeout: float) -> list[psutil.Process]:
-    """Wait up to ``timeout`` s for ``processes`` to end; those still alive."""
+    """Wait up to ``timeout`` s for ``processes`` to end; those still alive.
+
+    Not ``psutil.wait_procs``: it reaps the kernel process, which is jupyter_client's child
+    (its ``Popen`` must reap it to see how it ended), and it waits for a zombie leader whose
+    other threads are gone, which :func:`_alive` counts as ended."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     alive = [p for p in processes if _alive(p)]

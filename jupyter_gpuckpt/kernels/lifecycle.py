@@ -7,8 +7,13 @@
     RUNNING --suspend, park--> CHECKPOINTING --> PARKED   (CUDA driver; the process stays)
     PARKED --resume--> RESTORING --> RUNNING;  PARKED --convert--> SUSPENDED
     SUSPENDED --resume / first execute--> RESTORING --> RUNNING
-    RUNNING --process lost--> RESTORING --> RUNNING
+    RUNNING, PARKED, RESTORING, FAILED --process lost--> RESTORING --> RUNNING
+    RESTORING --not restarted--> FAILED
     any --error--> the previous safe state, with the reason kept
+
+Every change of state goes through the record: :meth:`KernelRecord.enter` for a step above,
+:meth:`KernelRecord.fall_back` for an operation that failed. (A record read back from the
+ledger takes its state there as it was, :meth:`KernelRecord.load`.)
 """
 
 from __future__ import annotations
@@ -18,6 +23,9 @@ import enum
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..errors import WrongState
+from .record_parts import CheckpointRef, NotebookSession, WriteBehindStatus
 
 
 class State(str, enum.Enum):
@@ -32,6 +40,20 @@ class State(str, enum.Enum):
 AWAY = (State.CHECKPOINTING, State.SUSPENDED, State.PARKED, State.RESTORING)
 """States in which the kernel's process cannot take the notebook's messages: they wait."""
 
+STEPS: dict[State, frozenset[State]] = {
+    State.RUNNING: frozenset({State.RUNNING, State.CHECKPOINTING, State.RESTORING}),
+    State.CHECKPOINTING: frozenset({State.SUSPENDED, State.PARKED}),
+    State.PARKED: frozenset({State.RESTORING, State.SUSPENDED}),
+    State.SUSPENDED: frozenset({State.RESTORING}),
+    State.RESTORING: frozenset({State.RUNNING, State.RESTORING}),
+    State.FAILED: frozenset({State.RESTORING}),
+}
+"""The steps of the lifecycle above, from each state (FAILED is one from any): what
+:meth:`KernelRecord.enter` allows."""
+SAFE = frozenset({State.RUNNING, State.SUSPENDED, State.PARKED, State.RESTORING, State.FAILED})
+"""The states an operation that failed may leave the kernel in: any but CHECKPOINTING, which
+only a suspend under way holds."""
+
 
 @dataclass
 class KernelRecord:
@@ -40,14 +62,14 @@ class KernelRecord:
     kernel_id: str
     kernelspec: str = ""
     state: State = State.RUNNING
-    last_checkpoint: dict[str, Any] | None = None
+    last_checkpoint: CheckpointRef | None = None
     last_error: str | None = None
     notice: str | None = None
     suspended_at: float | None = None
     parked_at: float | None = None
     kernel_info: dict[str, Any] | None = None
-    session: dict[str, Any] | None = None
-    """The notebook's session (path, name, type), to attach it again after a server restart."""
+    session: NotebookSession | None = None
+    """The notebook's session, to attach it again after a server restart."""
     last_activity: float | None = None
     """The user's last activity when the kernel was suspended (seconds since the epoch)."""
     progress: float | None = None
@@ -60,7 +82,7 @@ class KernelRecord:
     durable_checkpoint: str | None = None
     """The newest checkpoint in the store: what the kernel falls back to if a staged one is
     lost before its write-behind ends."""
-    write_behind: dict[str, Any] | None = None
+    write_behind: WriteBehindStatus | None = None
     """The durable write of a staged checkpoint under way: bytes, or the last error."""
     decision: dict[str, Any] | None = None
     """The policy's last decision for the kernel and why (``policy.Decision.to_json``)."""
@@ -69,17 +91,47 @@ class KernelRecord:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _settled: asyncio.Future[str | None] | None = field(default=None, repr=False)
 
+    @property
+    def last_checkpoint_id(self) -> str | None:
+        """The id of the checkpoint the kernel resumes from, if it has one."""
+        return self.last_checkpoint.id if self.last_checkpoint else None
+
+    # -- the lifecycle's steps ------------------------------------------------------------
+
+    def enter(self, state: State) -> None:
+        """Take a step of the lifecycle (:data:`STEPS`; FAILED from any state).
+
+        Raises
+        ------
+        WrongState
+            The kernel cannot take that step from where it is (another request, or its
+            process lost, moved it meanwhile): nothing changed.
+        """
+        if state != State.FAILED and state not in STEPS[self.state]:
+            raise WrongState(f"kernel {self.kernel_id} is {self.state.value}; it cannot become {state.value} now")
+        self.state = state
+
+    def fall_back(self, state: State, reason: str) -> None:
+        """An operation failed for ``reason``: back to the safe ``state`` it chose, with the
+        reason kept in ``last_error``."""
+        if state not in SAFE:
+            raise ValueError(f"{state.value} is no safe state to fall back to")
+        self.state = state
+        self.last_error = reason
+
+    # -- JSON --------------------------------------------------------------------------------
+
     def to_json(self) -> dict[str, Any]:
         return {
             "id": self.kernel_id,
             "kernelspec": self.kernelspec,
             "state": self.state.value,
             "progress": self.progress,
-            "last_checkpoint": self.last_checkpoint,
+            "last_checkpoint": self.last_checkpoint.to_json() if self.last_checkpoint else None,
             "last_error": self.last_error,
             "notice": self.notice,
             "report": self.report,
-            "write_behind": self.write_behind,
+            "write_behind": self.write_behind.to_json() if self.write_behind else None,
             "policy": self.decision,
             "suspended_for": None if self.suspended_at is None else time.time() - self.suspended_at,
             "parked_for": None if self.parked_at is None else time.time() - self.parked_at,
@@ -87,21 +139,29 @@ class KernelRecord:
 
     def ledger_entry(self) -> dict[str, Any]:
         return {"kernelspec": self.kernelspec, "state": self.state.value,
-                "last_checkpoint": self.last_checkpoint, "suspended_at": self.suspended_at,
-                "kernel_info": self.kernel_info, "session": self.session, "last_activity": self.last_activity,
+                "last_checkpoint": self.last_checkpoint.to_json() if self.last_checkpoint else None,
+                "suspended_at": self.suspended_at, "kernel_info": self.kernel_info,
+                "session": self.session.to_json() if self.session else None, "last_activity": self.last_activity,
                 "placement_info": self.placement_info, "durable_checkpoint": self.durable_checkpoint,
                 "parked_at": self.parked_at}
 
     def load(self, entry: dict[str, Any]) -> None:
-        """Take back what :meth:`ledger_entry` kept: a kernel taken over where it runs, or
-        a suspended one."""
+        """Take back what :meth:`ledger_entry` kept (this version's, or an earlier one's): a
+        kernel taken over where it runs, or a suspended one.
+
+        Raises
+        ------
+        ValueError
+            Its last checkpoint or its session is damaged: the record is as it was.
+        """
+        checkpoint, session = entry.get("last_checkpoint"), entry.get("session")
+        self.last_checkpoint, self.session = (None if checkpoint is None else CheckpointRef.from_json(checkpoint),
+                                              None if session is None else NotebookSession.from_json(session))
         self.placement_info = entry.get("placement_info")
         running = entry.get("state") == State.RUNNING.value and self.placement_info
         self.state = State.RUNNING if running else State.SUSPENDED
-        self.last_checkpoint = entry.get("last_checkpoint")
         self.suspended_at = entry.get("suspended_at") or entry.get("parked_at")
         self.kernel_info = entry.get("kernel_info")
-        self.session = entry.get("session")
         self.last_activity = entry.get("last_activity")
         self.durable_checkpoint = entry.get("durable_checkpoint")
 

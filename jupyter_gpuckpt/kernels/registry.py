@@ -16,6 +16,7 @@ from ..placement import GPUCheckpointProvisioner
 from ..placement.gpus import GPU, GPUPool
 from . import activity
 from .lifecycle import KernelRecord
+from .record_parts import NotebookSession
 from .records import KernelRecords
 from .settings import Settings
 from .watcher import ExecutionWatcher
@@ -130,11 +131,11 @@ class KernelRegistry:
             "rebuild_skipped": self.settings.rebuild_skipped,
         }
 
-    async def session_of(self, kernel_id: str) -> dict[str, Any] | None:
-        """The notebook session attached to the kernel (path, name, type), if any."""
+    async def session_of(self, kernel_id: str) -> NotebookSession | None:
+        """The notebook session attached to the kernel, if any."""
         if self.session_manager is None:
             return None
         for session in await self.session_manager.list_sessions():
             if session["kernel"]["id"] == kernel_id:
-                return {key: session.get(key) for key in ("path", "name", "type")}
+                return NotebookSession.from_json(session)
         return None

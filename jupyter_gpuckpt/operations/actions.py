@@ -18,8 +18,8 @@ from gpuckpt_store import CheckpointStore
 from ..errors import NotSuspendable, OperationFailed, ParkFailed, ParkUnsupported, WrongState
 from ..kernels import activity, kernel_calls
 from ..kernels.lifecycle import KernelRecord, State
+from ..kernels.record_parts import DURABLE, STAGED, CheckpointRef
 from ..placement import GPUCheckpointProvisioner, GPUNeeds
-from ..staging.retention import DURABLE, STAGED
 from .runner import Operation, OperationRunner
 
 
@@ -36,8 +36,8 @@ class KernelOperations(OperationRunner):
         root = self.host_memory.root if staged else self.registry.settings.store_root
         limit: dict[str, Any] = {"max_bytes": staged_bytes} if staged else {}
         result = await self._call(record, "save", event, store=str(root), kernel_id=record.kernel_id,
-                                  kernelspec=record.kernelspec, notebook=(session or {}).get("path"), **limit)
-        record.last_checkpoint = {**result, "time": time.time(), "durability": STAGED if staged else DURABLE}
+                                  kernelspec=record.kernelspec, notebook=session.path if session else None, **limit)
+        record.last_checkpoint = CheckpointRef.saved(result, STAGED if staged else DURABLE, time.time())
         if not staged:
             record.durable_checkpoint = result["id"]
             await self.retention.prune(record.kernel_id)
@@ -50,7 +50,7 @@ class KernelOperations(OperationRunner):
         host = self.host_memory
         problem = await asyncio.to_thread(host.problem)
         if problem is None:
-            wanted = int((record.last_checkpoint or {}).get("bytes_total") or 0)
+            wanted = (record.last_checkpoint.bytes_total or 0) if record.last_checkpoint else 0
             durable = self.retention.store().has
             share = await asyncio.to_thread(host.take, self.write_behind.staged_in_use(), wanted, durable=durable)
             if share == 0:  # no room, or a state like the last one would not fit: no doomed attempt
@@ -106,9 +106,9 @@ class KernelOperations(OperationRunner):
             return await self._suspend(record, provisioner, reason, mode, asked)
         finally:
             # a staged checkpoint goes to the store even when ending the process failed after it
-            last = record.last_checkpoint or {}
-            if last.get("durability") == STAGED:
-                self.write_behind.start(record, last["id"])
+            last = record.last_checkpoint
+            if last is not None and last.staged:
+                self.write_behind.start(record, last.id)
 
     async def _suspend(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner, reason: str, mode: str,
                        asked: bool) -> dict[str, Any]:
@@ -136,6 +136,7 @@ class KernelOperations(OperationRunner):
                 record.session = await self.registry.session_of(kernel_id)
                 not_parked = await provisioner.park_problem() if mode == "park" else None
                 saved: dict[str, Any] | None = None
+                parked = False
                 if mode == "park" and not_parked is None:
                     saved = await self._save(record, "suspend")  # where it resumes from if the node dies
                     try:
@@ -148,14 +149,14 @@ class KernelOperations(OperationRunner):
                         # locked or half parked: its CUDA calls would hang; it ends, from that checkpoint
                         not_parked = str(e)
                     else:
-                        record.state = State.PARKED
-                        record.parked_at = time.time()
+                        record.enter(State.PARKED)
+                        parked, record.parked_at = True, time.time()
                         op.done = {**self._saved(saved), "gpus_released": gpus, "durability": DURABLE,
                                    "mode": "park"}
                         self.emit("suspend", {"kernel_id": kernel_id, "phase": "released", **op.done,
                                               "seconds": time.time() - op.started})
                 result = saved or {}
-                if record.state != State.PARKED:
+                if not parked:
                     result = await self._end(record, provisioner, op, gpus, saved)
                 if not_parked is not None:
                     op.done["not_parked"] = not_parked
@@ -181,12 +182,12 @@ class KernelOperations(OperationRunner):
             result, not_staged = await self._save(record, "suspend"), "the kernel runs on another host"
         survivors = await provisioner.suspend()
         self.registry.note_placement(record.kernel_id)
-        record.state = State.SUSPENDED
+        record.enter(State.SUSPENDED)
         record.suspended_at = time.time()
         if survivors:
             record.notice = (f"{len(survivors)} process(es) of the kernel outlived the suspend and may "
                              f"still hold GPU memory, so its GPUs stay held: {', '.join(survivors)}")
-        durability = record.last_checkpoint["durability"] if record.last_checkpoint else DURABLE
+        durability = record.last_checkpoint.durability if record.last_checkpoint else DURABLE
         op.done = {**self._saved(result), "gpus_released": 0 if survivors else gpus, "survivors": survivors,
                    "durability": durability, "mode": "suspend"}
         if not_staged is not None:
@@ -231,14 +232,14 @@ class KernelOperations(OperationRunner):
 
             try:
                 async with self._run(record, "resume", reason, State.RESTORING, safe_state) as op:
-                    source = CheckpointStore(await self._source(kernel_id, checkpoint["id"]))
-                    needs = GPUNeeds.of_manifest(await asyncio.to_thread(source.read_manifest, checkpoint["id"]))
+                    source = CheckpointStore(await self._source(kernel_id, checkpoint.id))
+                    needs = GPUNeeds.of_manifest(await asyncio.to_thread(source.read_manifest, checkpoint.id))
                     await provisioner.resume(needs)
                     await self.relocation.connection_changed(kernel_id)
                     # the websocket held the pages' messages: they never saw the kernel go
-                    report = await self._restore(record, checkpoint["id"], "resume", comms_kept=True)
+                    report = await self._restore(record, checkpoint.id, "resume", comms_kept=True)
                     self._resumed_by_user(record, reason)
-                    record.state = State.RUNNING
+                    record.enter(State.RUNNING)
                     record.suspended_at = None
                     self._tell(record, f"Resumed from checkpoint {report['id']}.", report)
                     op.done = {"checkpoint_id": report["id"], "source": report["source"]}
@@ -268,9 +269,9 @@ class KernelOperations(OperationRunner):
             async with self._run(record, "resume", reason, State.RESTORING, safe_state) as op:
                 await provisioner.unpark()
                 self._resumed_by_user(record, reason)
-                record.state = State.RUNNING
+                record.enter(State.RUNNING)
                 record.parked_at = None
-                op.done = {"checkpoint_id": (record.last_checkpoint or {}).get("id", ""), "source": "park"}
+                op.done = {"checkpoint_id": record.last_checkpoint_id or "", "source": "park"}
                 record.back(None)
             return True
         except (ParkFailed, ParkUnsupported) as e:
@@ -278,13 +279,13 @@ class KernelOperations(OperationRunner):
                 raise
             await self._to_suspended(record, provisioner)
             record.notice = (f"The kernel could not be unparked ({e}); it was restored from checkpoint "
-                             f"{(record.last_checkpoint or {}).get('id')} instead.")
+                             f"{record.last_checkpoint_id} instead.")
             return False
 
     async def _to_suspended(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner) -> None:
         """A parked kernel becomes a suspended one: it has its checkpoint, its process ends."""
         await provisioner.suspend()
-        record.state = State.SUSPENDED
+        record.enter(State.SUSPENDED)
         record.suspended_at = record.parked_at or time.time()
         record.parked_at = None
         self.registry.records.save()
@@ -299,7 +300,7 @@ class KernelOperations(OperationRunner):
                 raise WrongState(f"kernel {kernel_id} is {record.state.value}, not parked")
             await self._to_suspended(record, provisioner)
             self.emit("suspend", {"kernel_id": kernel_id, "phase": "released", "reason": reason,
-                                  "checkpoint_id": (record.last_checkpoint or {}).get("id", ""),
+                                  "checkpoint_id": record.last_checkpoint_id or "",
                                   "durability": DURABLE, "mode": "suspend", "gpus_released": 0,
                                   "was_parked": True})
             return self._result(kernel_id, "done")

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import OperationFailed
 from ..kernels.lifecycle import KernelRecord, State
+from ..kernels.record_parts import CheckpointRef
 from ..placement import Departure
 from .runner import OperationRunner
 
@@ -35,7 +36,7 @@ class Failover(OperationRunner):
         if record is None or record.state in (State.SUSPENDED, State.CHECKPOINTING):
             return  # a suspend ends the process on purpose; a dying suspend handles it
         first = record.state != State.RESTORING
-        record.state = State.RESTORING
+        record.enter(State.RESTORING)
         record.away()
         if restarting:
             provisioner = self.registry.provisioner(kernel_id)
@@ -49,7 +50,7 @@ class Failover(OperationRunner):
         waiting cells are told rather than left waiting."""
         await asyncio.sleep(self.registry.settings.failover_grace)
         if record.state == State.RESTORING and not record.lock.locked():
-            record.state = State.FAILED
+            record.enter(State.FAILED)
             record.last_error = "the kernel's process died and was not restarted"
             record.back(f"{record.last_error}; restart the kernel")
 
@@ -66,8 +67,7 @@ class Failover(OperationRunner):
             if departure is not None and departure.checkpoint_id:
                 interrupted = departure.interrupted_cell
                 last_cell = interrupted if interrupted is not None else departure.last_cell
-                checkpoint = {"id": departure.checkpoint_id, "last_cell": last_cell, "time": time.time(),
-                              "taken_by": "the kernel, as it was told to end"}
+                checkpoint = CheckpointRef.taken_by_kernel(departure.checkpoint_id, last_cell, time.time())
                 record.last_checkpoint = checkpoint
 
             async def safe_state(message: str) -> tuple[State, str | None]:
@@ -80,18 +80,18 @@ class Failover(OperationRunner):
                                        f"({message}); the cell was not run against an empty kernel")
 
             async with self._run(record, "restore-after-failure", "failure", State.RESTORING, safe_state) as op:
-                lost = self.registry.watcher.ran_after(kernel_id, (checkpoint or {}).get("last_cell") or 0)
+                lost = self.registry.watcher.ran_after(kernel_id, (checkpoint.last_cell or 0) if checkpoint else 0)
                 await self._started_again(kernel_id, dead_run)
                 await self.relocation.connection_changed(kernel_id)
                 if checkpoint is None:
-                    record.state = State.RUNNING
+                    record.enter(State.RUNNING)
                     record.notice = "The kernel's process died and it had no checkpoint: it restarted empty."
                     record.back("the kernel's process died and it had no checkpoint, so it restarted with "
                                 "nothing defined; the cell was not run: run the cells it needs again")
                     return
                 # the pages saw jupyter_client's restart ("restarting"), and dropped their widgets
-                report = await self._restore(record, checkpoint["id"], "restore-after-failure", comms_kept=False)
-                record.state = State.RUNNING
+                report = await self._restore(record, checkpoint.id, "restore-after-failure", comms_kept=False)
+                record.enter(State.RUNNING)
                 self._tell(record, self._headline(kernel_id, departure, report["id"], lost, interrupted),
                            report, notice=True)
                 op.done = {"checkpoint_id": report["id"], "lost_cells": lost}

@@ -148,7 +148,7 @@ class Restarts:
             activity.restore_activity(self.registry.km(kernel_id), record.last_activity or record.suspended_at)
             if record.session and self.registry.session_manager is not None:
                 # the notebook finds its kernel again (a suspended one resumes on its first cell)
-                await self.registry.session_manager.create_session(kernel_id=kernel_id, **record.session)
+                await self.registry.session_manager.create_session(kernel_id=kernel_id, **record.session.to_json())
         self.registry.records.save()
         theirs = every.keys() - mine.keys()  # the other running servers' kernels (orphans are this one's now)
         await self.write_behind.resume_pending(

@@ -91,7 +91,7 @@ class OperationRunner:
     async def _run(self, record: KernelRecord, event: str, reason: str, busy: State,
                    safe_state: SafeState) -> AsyncIterator[Operation]:
         op = Operation(event, reason)
-        record.state = busy
+        record.enter(busy)
         record.last_error = None
         record.progress = None
         if reason != "periodic":  # a new operation's outcome replaces the last one's notice
@@ -102,12 +102,12 @@ class OperationRunner:
         except BaseException as error:
             message = _message(error)
             try:
-                record.state, waiting = await safe_state(message)
+                state, waiting = await safe_state(message)
             except Exception as cleanup:
                 self.tasks.log.error("gpuckpt: cleaning up after %s of %s failed", event,
                                              record.kernel_id, exc_info=cleanup)
-                record.state, waiting = State.FAILED, message
-            record.last_error = message
+                state, waiting = State.FAILED, message
+            record.fall_back(state, message)
             record.progress = None
             record.back(waiting)
             self.registry.records.save()

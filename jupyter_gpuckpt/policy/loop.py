@@ -91,13 +91,13 @@ class PolicyLoop:
             faults.failed("parked", "", e, f"reading what {self.host_memory.root} holds")
             return
         faults.worked("parked")
-        held += sum(int((r.last_checkpoint or {}).get("bytes_total") or 0) for r in parked)
+        held += sum((r.last_checkpoint.bytes_total or 0) if r.last_checkpoint else 0 for r in parked)
         for record in parked:
             if held <= limit:
                 break
             try:
                 await self.operations.convert(record.kernel_id, reason="policy")
-                held -= int((record.last_checkpoint or {}).get("bytes_total") or 0)
+                held -= (record.last_checkpoint.bytes_total or 0) if record.last_checkpoint else 0
             except Exception as e:  # this kernel's alone: the next is tried
                 faults.failed("parked", record.kernel_id, e)
             else:

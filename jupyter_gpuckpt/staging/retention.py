@@ -4,28 +4,15 @@ deleted and pruned, never one a suspended kernel needs to come back."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Any
 
-from gpuckpt_store import CheckpointInfo, CheckpointStore, list_checkpoints, writable_problem
+from gpuckpt_store import CheckpointStore, list_checkpoints, writable_problem
 
 from ..errors import CheckpointInUse, StoreUnavailable
 from ..kernels.lifecycle import KernelRecord, State
+from ..kernels.record_parts import DURABLE, STAGED, CheckpointRef
 from ..kernels.registry import KernelRegistry
 from .host_memory import HostMemory
-
-STAGED = "staged"
-"""A checkpoint in host memory only, until its write-behind ends."""
-DURABLE = "durable"
-"""A checkpoint in the store."""
-
-
-def last_checkpoint_of(info: CheckpointInfo) -> dict[str, Any]:
-    """A kernel's ``last_checkpoint`` when it falls back to a durable checkpoint of the store
-    (its newest went): what the listing says of it."""
-    created = datetime.fromisoformat(info.created).timestamp() if info.created else None
-    return {"id": info.id, "bytes_total": info.nbytes, "variables": info.variables, "time": created,
-            "last_cell": None, "durability": DURABLE}
 
 
 class Retention:
@@ -70,11 +57,11 @@ class Retention:
         for record in self.registry.records:
             if record.state not in (State.SUSPENDED, State.PARKED, State.RESTORING, State.CHECKPOINTING):
                 continue
-            notebook = f" ({record.session['path']})" if record.session else ""
-            if (record.last_checkpoint or {}).get("id") == checkpoint_id:
+            notebook = f" ({record.session.path})" if record.session else ""
+            if record.last_checkpoint_id == checkpoint_id:
                 return record, (f"checkpoint {checkpoint_id} is the one {record.state.value} kernel "
                                 f"{record.kernel_id}{notebook} resumes from; resume the kernel or shut it down first")
-            writing = (record.last_checkpoint or {}).get("durability") == STAGED
+            writing = record.last_checkpoint is not None and record.last_checkpoint.staged
             if record.durable_checkpoint == checkpoint_id and writing:
                 return record, (f"checkpoint {checkpoint_id} is what {record.state.value} kernel "
                                 f"{record.kernel_id}{notebook} falls back to until its newest checkpoint is "
@@ -112,13 +99,13 @@ class Retention:
     async def _after_delete(self, gone: set[str]) -> None:
         """A running kernel whose last checkpoint went falls back to its newest remaining one."""
         records = self.registry.records
-        affected = [r for r in records if (r.last_checkpoint or {}).get("id") in gone]
+        affected = [r for r in records if r.last_checkpoint_id in gone]
         if not affected:
             return
         infos = await asyncio.to_thread(list_checkpoints, self.store())
         for record in affected:
             remaining = [i for i in infos if i.kernel_id == record.kernel_id and not i.problem]
-            record.last_checkpoint = last_checkpoint_of(remaining[-1]) if remaining else None
+            record.last_checkpoint = CheckpointRef.listed(remaining[-1]) if remaining else None
             if record.durable_checkpoint in gone:
                 record.durable_checkpoint = remaining[-1].id if remaining else None
         records.save()

@@ -25,10 +25,11 @@ from gpuckpt_store import list_checkpoints
 
 from ..events import Emit
 from ..kernels.lifecycle import AWAY, KernelRecord, State
+from ..kernels.record_parts import CheckpointRef, WriteBehindStatus
 from ..kernels.registry import KernelRegistry
 from ..tasks import BackgroundTasks
 from .host_memory import HostMemory
-from .retention import DURABLE, STAGED, Retention, last_checkpoint_of
+from .retention import Retention
 
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Waits between attempts; the last repeats."""
@@ -65,10 +66,9 @@ class WriteBehind:
         it, or being read by a resume."""
         ids = self.writing()
         for record in self.registry.records:
-            last = (record.last_checkpoint or {}).get("id")
-            if last and ((record.last_checkpoint or {}).get("durability") == STAGED
-                         or record.state == State.RESTORING):
-                ids.add(last)
+            last = record.last_checkpoint
+            if last is not None and (last.staged or record.state == State.RESTORING):
+                ids.add(last.id)
         return ids
 
     async def resume_pending(self, ours: Callable[[str], bool]) -> None:
@@ -84,9 +84,9 @@ class WriteBehind:
             copies are left alone: it writes them, and keeps those its kernels resume from.
         """
         for record in self.registry.records:
-            last = record.last_checkpoint or {}
-            if last.get("durability") == STAGED:
-                self.start(record, last["id"])
+            last = record.last_checkpoint
+            if last is not None and last.staged:
+                self.start(record, last.id)
         durable = set(await asyncio.to_thread(self.retention.store().ids))
         for info in await asyncio.to_thread(list_checkpoints, self.host_memory.store()):
             if info.id in self._writing or not info.kernel_id:
@@ -128,15 +128,15 @@ class WriteBehind:
                     await self._lost(record, checkpoint_id, f"could not be written to the store ({error})")
                     return
                 wait = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS)) - 1]
-                record.write_behind = {"checkpoint_id": checkpoint_id, "attempts": attempt, "error": error}
+                record.write_behind = WriteBehindStatus.failed(checkpoint_id, attempt, error)
                 self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "write_failed",
                                       "checkpoint_id": checkpoint_id, "error": error, "retry_in": wait})
                 await asyncio.sleep(wait)
         finally:
             self._writing.pop(checkpoint_id, None)
         record.write_behind = None
-        if (record.last_checkpoint or {}).get("id") == checkpoint_id:
-            record.last_checkpoint = {**(record.last_checkpoint or {}), "durability": DURABLE}
+        if record.last_checkpoint is not None and record.last_checkpoint.id == checkpoint_id:
+            record.last_checkpoint = record.last_checkpoint.made_durable()
         if record.durable_checkpoint is None or checkpoint_id > record.durable_checkpoint:  # ids sort by time
             record.durable_checkpoint = checkpoint_id
         self.registry.records.save()
@@ -164,8 +164,8 @@ class WriteBehind:
                 except ValueError:
                     continue
                 if "done" in last:
-                    record.write_behind = {"checkpoint_id": checkpoint_id, "bytes_done": last["done"],
-                                           "bytes_total": last["total"]}
+                    record.write_behind = WriteBehindStatus.writing(checkpoint_id, int(last["done"]),
+                                                                    int(last["total"]))
                     self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "writing",
                                           "checkpoint_id": checkpoint_id, "bytes_done": int(last["done"]),
                                           "bytes_total": int(last["total"])})
@@ -189,13 +189,13 @@ class WriteBehind:
         """The staged copy is gone, or damaged, before it was written. The kernel falls back
         to its last durable checkpoint, and says so."""
         record.write_behind = None
-        if (record.last_checkpoint or {}).get("id") != checkpoint_id:
+        if record.last_checkpoint_id != checkpoint_id:
             return
         durable = record.durable_checkpoint
         infos = await asyncio.to_thread(list_checkpoints, self.retention.store()) if durable else []
         fallback = next((info for info in infos if info.id == durable and not info.problem), None)
-        record.last_checkpoint = (last_checkpoint_of(fallback) if fallback else
-                                  {"id": durable, "durability": DURABLE, "time": None} if durable else None)
+        record.last_checkpoint = (CheckpointRef.listed(fallback) if fallback else
+                                  CheckpointRef.durable_id(durable) if durable else None)
         record.notice = (f"The staged checkpoint {checkpoint_id} {why}; " +
                          (f"the kernel resumes from {durable}, its last durable checkpoint." if durable else
                           "there is no earlier checkpoint to resume from."))
@@ -209,7 +209,7 @@ class WriteBehind:
         A copy not in the store yet is never dropped here."""
         host = self.host_memory
         kept = record.state in AWAY and self.registry.records.get(record.kernel_id) is record
-        keep = (record.last_checkpoint or {}).get("id") if kept else None
+        keep = record.last_checkpoint_id if kept else None
         durable = set(await asyncio.to_thread(self.retention.store().ids))
         staged = await asyncio.to_thread(list_checkpoints, host.store())
         for info in staged:

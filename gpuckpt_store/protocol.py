@@ -1,4 +1,6 @@
-"""The wire names of the server's calls into a kernel, spelled once for both sides.
+"""The wire names between the server and the kernel side, spelled once for both: the server's
+calls into a kernel, the environment the server gives a kernel, and the one-line JSON answers
+of the helper processes it runs (``python -m kernel_hooks.write_behind``, ``.cuda_park``).
 
 The server (``jupyter_gpuckpt.kernels.kernel_calls``) sends a :data:`REQUEST` on the kernel's shell
 channel, its content ``{"call": NAME, "args": {...}}``; the kernel
@@ -10,6 +12,10 @@ leaving out a user's widgets.
 """
 
 from __future__ import annotations
+
+from typing import Any
+
+from .errors import CheckpointNotFound, IntegrityError, RestoreError
 
 REQUEST = "gpuckpt_request"
 """Shell: run a call. Content ``{"call": NAME, "args": {...}}``."""
@@ -30,3 +36,38 @@ MESSAGE_TYPES = (REQUEST, PROGRESS, REPLY)
 REGISTER = "__import__('kernel_hooks.ipython.server_calls').ipython.server_calls.register(get_ipython())"
 """The one statement the server runs, as a silent user expression, in a kernel that has
 ``kernel_hooks`` but did not load it at start: it registers the handler of :data:`REQUEST`."""
+
+
+# -- the environment the server gives a kernel's processes -------------------------------
+
+KERNEL_ENV = "JUPYTER_GPUCKPT_KERNEL"
+"""The kernel's id: in every process of the kernel (how its whole tree is found and ended),
+and recorded in the checkpoints it takes."""
+KERNELSPEC_ENV = "JUPYTER_GPUCKPT_KERNELSPEC"
+"""The kernelspec's name, recorded in the checkpoints (optional)."""
+ON_TERM_ENV = "JUPYTER_GPUCKPT_ON_TERM"
+"""Where a kernel writes its exit note after checkpointing on SIGTERM; arms that handler."""
+
+# -- the answers of the helper processes -------------------------------------------------
+
+PERMANENT_ERRORS = (IntegrityError, CheckpointNotFound, RestoreError)
+"""Failures another attempt cannot mend: the copy is damaged or unreadable."""
+PARK_UNSUPPORTED = "unsupported"
+"""``kind`` of a park helper's refusal: this kernel or machine cannot park (nothing changed)."""
+PARK_FAILED = "failed"
+"""``kind`` of a park helper's failure part way (``state`` says where the process is)."""
+
+
+def succeeded(**fields: Any) -> dict[str, Any]:
+    """A helper's answer when it did its work."""
+    return {"ok": True, **fields}
+
+
+def failed(error: str, kind: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A helper's answer when it did not: ``error`` for the user, ``kind`` for the server."""
+    return {"ok": False, "error": error, **({"kind": kind} if kind else {}), **fields}
+
+
+def failed_with(error: BaseException, **fields: Any) -> dict[str, Any]:
+    """:func:`failed` for an exception; ``permanent`` says whether trying again can help."""
+    return failed(str(error), type(error).__name__, permanent=isinstance(error, PERMANENT_ERRORS), **fields)

@@ -33,6 +33,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from gpuckpt_store import protocol
+
 FIRST_CUDA = 12080
 """cuDriverGetVersion of the first driver with the checkpoint API: CUDA 12.8, display driver 570."""
 REMAP_CUDA = 13000
@@ -46,7 +48,7 @@ class ParkError(Exception):
     """Park, unpark or a state query failed; ``state`` is the process's CUDA state after it
     (None where unknown), so the caller knows whether the kernel still runs on its GPU."""
 
-    kind = "failed"
+    kind = protocol.PARK_FAILED
 
     def __init__(self, reason: str, state: str | None = None) -> None:
         super().__init__(reason)
@@ -54,11 +56,11 @@ class ParkError(Exception):
         self.state = state
 
 
-class ParkUnsupported(ParkError):
+class Unparkable(ParkError):
     """Park cannot work here or for this process (no driver, too old, no bindings, no CUDA
     in the process, state the driver cannot checkpoint); retrying will not help."""
 
-    kind = "unsupported"
+    kind = protocol.PARK_UNSUPPORTED
 
 
 class _Failed(Exception):
@@ -85,10 +87,10 @@ def _driver_cuda_version() -> int:
     try:
         libcuda = ctypes.CDLL("libcuda.so.1")
     except OSError:
-        raise ParkUnsupported("no CUDA driver on this machine (libcuda.so.1 not found)") from None
+        raise Unparkable("no CUDA driver on this machine (libcuda.so.1 not found)") from None
     version = ctypes.c_int(0)
     if libcuda.cuDriverGetVersion(ctypes.byref(version)) != 0:
-        raise ParkUnsupported("the CUDA driver does not tell its version (cuDriverGetVersion failed)")
+        raise Unparkable("the CUDA driver does not tell its version (cuDriverGetVersion failed)")
     return version.value
 
 
@@ -99,8 +101,8 @@ def _bindings() -> tuple[Any, str]:
         from cuda.bindings import driver
     except ImportError as e:
         if isinstance(e, ModuleNotFoundError) and (e.name or "").startswith("cuda"):
-            raise ParkUnsupported(f"cuda-python is not installed in the kernel's environment ({INSTALL})") from None
-        raise ParkUnsupported(f"cuda-python cannot be loaded in the kernel's environment: {e}") from None
+            raise Unparkable(f"cuda-python is not installed in the kernel's environment ({INSTALL})") from None
+        raise Unparkable(f"cuda-python cannot be loaded in the kernel's environment: {e}") from None
     return driver, str(getattr(cuda.bindings, "__version__", "?"))
 
 
@@ -113,11 +115,11 @@ class _Driver:
         self.display = _display_driver()
         if self.cuda < FIRST_CUDA:
             shown = self.display or f"for CUDA {_version(self.cuda)}"
-            raise ParkUnsupported(f"park is not supported here: the CUDA driver {shown} is older than 570 "
+            raise Unparkable(f"park is not supported here: the CUDA driver {shown} is older than 570 "
                                   "(process checkpointing needs 570+)")
         # NVIDIA's own cuda.core accepts 12.8+ and 13.0.2+ for this API (cuda-python PR #1983)
         if not hasattr(self.api, "cuCheckpointProcessLock") or self.bindings in ("13.0.0", "13.0.1"):
-            raise ParkUnsupported(f"cuda-bindings {self.bindings} has no usable process checkpoint API "
+            raise Unparkable(f"cuda-bindings {self.bindings} has no usable process checkpoint API "
                                   "(pip install -U 'cuda-bindings>=12.8,!=13.0.0,!=13.0.1')")
 
     @property
@@ -135,7 +137,7 @@ class _Driver:
                 advice = f"install cuda-bindings for CUDA {major} (pip install 'cuda-bindings=={major}.*')"
             else:
                 advice = "this driver lacks it"
-            raise ParkUnsupported(f"cuda-bindings {self.bindings} cannot call {function} on this driver "
+            raise Unparkable(f"cuda-bindings {self.bindings} cannot call {function} on this driver "
                                   f"(CUDA {_version(self.cuda)}): {advice} ({e})") from None
         code, *values = result
         if code != self.api.CUresult.CUDA_SUCCESS:
@@ -185,8 +187,8 @@ def probe() -> dict[str, Any]:
 
     Raises
     ------
-    ParkUnsupported
-        With the reason, in the words of :class:`ParkUnsupported`'s messages.
+    Unparkable
+        With the reason, in the words of :class:`Unparkable`'s messages.
     """
     driver = _get_driver()
     try:  # asks about this helper itself: resolves the entry point, changes nothing
@@ -206,7 +208,7 @@ def state(pid: int) -> str:
         return driver.state(pid)
     except _Failed as e:
         if _opens_nvidia_device(pid) is False:
-            raise ParkUnsupported(f"process {pid} does not use CUDA (the driver says {e})") from None
+            raise Unparkable(f"process {pid} does not use CUDA (the driver says {e})") from None
         raise ParkError(f"the CUDA driver cannot tell process {pid}'s checkpoint state: {e}") from None
 
 
@@ -220,7 +222,7 @@ def park(pid: int, timeout_ms: int = LOCK_TIMEOUT_MS) -> str:
     _check_pid(pid)
     driver = _get_driver()
     if _opens_nvidia_device(pid) is False:
-        raise ParkUnsupported(f"process {pid} does not use CUDA")
+        raise Unparkable(f"process {pid} does not use CUDA")
     now = state(pid)
     if now != "running":
         raise ParkError(f"process {pid} is {'already parked' if now == 'checkpointed' else now}, not running",
@@ -240,7 +242,7 @@ def park(pid: int, timeout_ms: int = LOCK_TIMEOUT_MS) -> str:
         except _Failed as unlock:
             after, error = f"unlocking it again failed too ({unlock})", ParkError
         else:
-            after, error = "it was unlocked and keeps running", ParkUnsupported
+            after, error = "it was unlocked and keeps running", Unparkable
         if str(e) == "CUDA_ERROR_NOT_SUPPORTED":
             reason = "the process holds state the driver cannot checkpoint (managed/UVM or IPC memory, for instance)"
         else:
@@ -261,7 +263,7 @@ def _restore_args(driver: _Driver, remap: Mapping[str, str]) -> Any:
     if not remap:
         return None
     if not driver.remap:
-        raise ParkUnsupported(f"unpark onto another GPU needs driver 580+ and cuda-bindings 13+ (this is driver "
+        raise Unparkable(f"unpark onto another GPU needs driver 580+ and cuda-bindings 13+ (this is driver "
                               f"{driver.display or _version(driver.cuda)}, cuda-bindings {driver.bindings})")
     pairs = []
     for old, new in remap.items():

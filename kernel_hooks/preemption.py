@@ -1,8 +1,9 @@
 """Checkpoint on SIGTERM, then exit: what a kernel in a preemptible Slurm partition needs.
 
 Slurm starts a preempted job's grace time with SIGTERM and ends it with SIGKILL. A kernel
-whose environment names an exit-note file in :data:`ON_TERM` (the server sets it for Slurm
-kernels, with ``$JUPYTER_GPUCKPT_STORE``, :data:`KERNEL` and optionally :data:`KERNELSPEC`) uses that time
+whose environment names an exit-note file in :data:`gpuckpt_store.protocol.ON_TERM_ENV` (the server sets it for Slurm
+kernels, with ``$JUPYTER_GPUCKPT_STORE``, :data:`~gpuckpt_store.protocol.KERNEL_ENV` and optionally
+:data:`~gpuckpt_store.protocol.KERNELSPEC_ENV`) uses that time
 to checkpoint itself, writes the note (:func:`write_note`) and exits with status 0 (1 if the
 note cannot be written, which then goes to stderr). Without the variable :func:`arm` does
 nothing and SIGTERM ends the kernel as before.
@@ -45,17 +46,11 @@ from typing import Any
 import IPython
 from IPython.core.interactiveshell import InteractiveShell
 
-from gpuckpt_store import STORE_ENV, CheckpointStore
+from gpuckpt_store import STORE_ENV, CheckpointStore, protocol
 
 from .report import error_text
 from .saving import save_checkpoint
 
-ON_TERM = "JUPYTER_GPUCKPT_ON_TERM"
-"""Path of the exit-note file; arms the SIGTERM handler."""
-KERNEL = "JUPYTER_GPUCKPT_KERNEL"
-"""The server's kernel id, recorded in the checkpoint."""
-KERNELSPEC = "JUPYTER_GPUCKPT_KERNELSPEC"
-"""The kernelspec name, recorded in the checkpoint (optional)."""
 RETRY_SECONDS = 0.05
 """A running cell caught outside its own code is signalled again after this long."""
 OUTPUT_SECONDS = 0.1
@@ -99,8 +94,8 @@ class _Preemption:
         self.shell = shell
         self.note = note
         self.store = os.environ.get(STORE_ENV) or None
-        self.kernel_id = os.environ.get(KERNEL) or None
-        self.kernelspec = os.environ.get(KERNELSPEC) or None
+        self.kernel_id = os.environ.get(protocol.KERNEL_ENV) or None
+        self.kernelspec = os.environ.get(protocol.KERNELSPEC_ENV) or None
         self.cells: list[tuple[Any, int | None]] = []
         """Running cells, outermost first: IPython's ExecutionInfo and the cell's number
         (None for cells outside the history, such as a rebuild's)."""
@@ -194,7 +189,7 @@ def arm(shell: Any) -> None:
     (``load_ipython_extension`` calls it, in the main thread); otherwise, or if already
     armed, do nothing."""
     global _armed
-    note = os.environ.get(ON_TERM)
+    note = os.environ.get(protocol.ON_TERM_ENV)
     if not note or _armed is not None:
         return
     _armed = _Preemption(shell, Path(note))

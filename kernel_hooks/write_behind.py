@@ -14,7 +14,8 @@ were; the next attempt collects what it left (its journal names a dead writer).
 
 It prints one JSON line per half second, ``{"done": B, "total": B}``, and last
 ``{"ok": true, "id": ..., "bytes_written": ..., "seconds": ...}`` or ``{"ok": false,
-"error": ..., "kind": ...}`` (``IntegrityError``: the staged copy is damaged).
+"error": ..., "kind": ..., "permanent": ...}`` (``permanent``: the staged copy is damaged, see
+:func:`gpuckpt_store.protocol.failed_with`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from gpuckpt_store import (
     Piece,
     SaveJournal,
     collect_leftovers,
+    protocol,
 )
 from gpuckpt_store.records import records_of
 
@@ -153,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
         result = write_behind(CheckpointStore(args.staged), CheckpointStore(args.store), args.checkpoint,
                               bandwidth=args.bandwidth, progress=_Lines())
     except CheckpointError as e:
-        print(json.dumps({"ok": False, "error": str(e), "kind": type(e).__name__}), flush=True)
+        print(json.dumps(protocol.failed_with(e)), flush=True)
         return 1
     except OSError as e:
-        print(json.dumps({"ok": False, "error": f"writing to {args.store} failed: {e.strerror or e}"}), flush=True)
+        print(json.dumps(protocol.failed(f"writing to {args.store} failed: {e.strerror or e}")), flush=True)
         return 1
-    print(json.dumps({"ok": True, **result}), flush=True)
+    print(json.dumps(protocol.succeeded(**result)), flush=True)
     return 0
 
 

@@ -18,6 +18,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from gpuckpt_store import protocol
+
 from ..errors import ParkFailed, ParkUnsupported
 
 HELPER = "kernel_hooks.cuda_park"
@@ -54,7 +56,7 @@ async def _run(python: str, args: list[str], timeout: float, env: Mapping[str, s
         raise ParkFailed(f"the park helper ({args[0]}) crashed with exit status {process.returncode}: "
                          f"{words[-1] if words else 'no message'}") from None
     if not answer["ok"]:
-        if answer.get("kind") == "unsupported":
+        if answer.get("kind") == protocol.PARK_UNSUPPORTED:
             raise ParkUnsupported(answer["reason"])
         raise ParkFailed(answer["reason"], answer.get("state"))
     return answer

@@ -17,7 +17,9 @@ from collections.abc import Iterable
 
 import psutil
 
-TAG = "JUPYTER_GPUCKPT_KERNEL"
+from gpuckpt_store import protocol
+
+TAG = protocol.KERNEL_ENV
 """Set to the kernel id in the environment of every kernel process this server starts."""
 _ROUNDS = 3
 """Times the tree is looked for again: a process may start children while it is ended."""

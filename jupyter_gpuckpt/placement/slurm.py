@@ -33,7 +33,7 @@ import zmq.asyncio
 from traitlets import Bool, Dict, Float, Int, List, Unicode
 from traitlets.log import get_logger
 
-from gpuckpt_store import STORE_ENV, CheckpointError, CheckpointStore, default_root
+from gpuckpt_store import STORE_ENV, CheckpointError, CheckpointStore, default_root, protocol
 
 from ..errors import PlacementError, Unplaceable
 from . import slurm_commands as slurm
@@ -41,13 +41,8 @@ from . import slurm_queue
 from .contract import ADOPT, START_SUSPENDED, Departure, GPUCheckpointProvisioner, GPUNeeds, Location, StartFailed
 from .demand import Demand
 from .gpus import GPU
-from .processes import TAG
 from .slurm_files import JobFiles
 
-# as kernel_hooks.preemption reads them (the server does not import the kernel side)
-ON_TERM = "JUPYTER_GPUCKPT_ON_TERM"
-"""Tells the kernel where to write its exit note after checkpointing on SIGTERM."""
-KERNELSPEC = "JUPYTER_GPUCKPT_KERNELSPEC"
 _START_POLL = 0.25
 """Seconds between looks at a starting job (its state, its connection file)."""
 HEARTBEAT_SECONDS = 2.0
@@ -223,8 +218,8 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         self._cmd, self._cwd = cmd, kwargs.get("cwd")
         slurm.JobQueue.instance().kernels.add(self.kernel_id)
         inherited = {k: v for k, v in kwargs["env"].items() if k == "SLURM_CONF" or not k.startswith(_NOT_INHERITED)}
-        self._env = {**inherited, TAG: self.kernel_id, STORE_ENV: str(self._store),
-                     KERNELSPEC: str(getattr(self.parent, "kernel_name", "") or "")}
+        self._env = {**inherited, protocol.KERNEL_ENV: self.kernel_id, STORE_ENV: str(self._store),
+                     protocol.KERNELSPEC_ENV: str(getattr(self.parent, "kernel_name", "") or "")}
         if self.suspended:  # registered again after a server restart: stays suspended
             return self.connection_info
         self.start_error = None
@@ -305,7 +300,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         files.write_connection(dict(self.connection_info))
         files.write_script(self.kernel_id, self._cmd)
         files.exit_note(run).unlink(missing_ok=True)  # a note of an earlier server's run of that number
-        env = {**self._env, ON_TERM: str(files.exit_note(run))}
+        env = {**self._env, protocol.ON_TERM_ENV: str(files.exit_note(run))}
         self.waiting = "waiting for a GPU: submitting the job to Slurm"
         job_id = await slurm.submit(str(files.script), self._sbatch_args(needs), env)
         self.job_id, self.node, self._departure = job_id, None, None

@@ -33,8 +33,6 @@ from .retention import Retention
 
 RETRY_SECONDS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 """Waits between attempts; the last repeats."""
-PERMANENT = ("IntegrityError", "CheckpointNotFound", "RestoreError")
-"""Writer errors that another attempt cannot mend: the staged copy is damaged or unreadable."""
 
 class WriteBehind:
     """Runs and retries the durable writes of the registry's staged checkpoints."""
@@ -123,7 +121,7 @@ class WriteBehind:
                 result, error = await self._attempt(record, checkpoint_id)
                 if error is None:
                     break
-                if result.get("kind") in PERMANENT:  # a damaged copy: retrying cannot help
+                if result.get("permanent"):  # a damaged copy: retrying cannot help
                     await asyncio.to_thread(host.drop, checkpoint_id)
                     await self._lost(record, checkpoint_id, f"could not be written to the store ({error})")
                     return

@@ -10,6 +10,8 @@ from __future__ import annotations
 import signal
 from typing import Any
 
+from .. import upstream
+
 
 def stop_on_sigint(serverapp: Any) -> None:
     """Make SIGINT stop ``serverapp`` if Python still has it; an embedded server (not the
@@ -17,12 +19,12 @@ def stop_on_sigint(serverapp: Any) -> None:
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return
     try:
-        signal.signal(signal.SIGINT, serverapp._signal_stop)
+        signal.signal(signal.SIGINT, upstream.stop_server(serverapp))
     except ValueError:  # not the main thread
         pass
 
 
 def release_sigint(serverapp: Any) -> None:
     """The server stopped: if SIGINT is still ours, the next one is Python's again."""
-    if signal.getsignal(signal.SIGINT) == serverapp._signal_stop:
+    if signal.getsignal(signal.SIGINT) == upstream.stop_server(serverapp):
         signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -18,9 +18,10 @@ this connection asks the kernel whether it has it (made through another connecti
 not, creates one in its place; the page's messages then name that one. Sending them to the
 main shell instead would make widgets wait for a running cell until the page reloads.
 
-This is the one module that builds on jupyter_server's websocket connection class beyond
-its public methods (``_register_session``, ``_send_status_message``, ``_open_sockets``):
-there is no public hook for holding a kernel's messages.
+This module builds on jupyter_server's websocket connection class beyond its public methods
+(there is no public hook for holding a kernel's messages): the private members it uses go
+through ``jupyter_gpuckpt/upstream.py``, and the override of ``connect`` for a kernel that is
+away mirrors upstream's stream wiring, whose source digest ``upstream.MIRRORED`` records.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from jupyter_server.services.kernels.connection.base import (
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from jupyter_server.utils import ensure_async
 
+from .. import upstream
 from ..errors import KernelNotFound
 from ..kernels.kernel_calls import INTERNAL_SESSION_PREFIX
 from ..kernels.lifecycle import AWAY, State
@@ -93,7 +95,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         if not self._is_away():
             await super().prepare()
             return
-        await self._register_session()
+        await upstream.register_session(self)
         self.session.key = self.kernel_manager.session.key
 
     def connect(self) -> Any:
@@ -107,7 +109,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
             stream.on_recv_stream(self.handle_outgoing_message)
         self.multi_kernel_manager.add_restart_callback(self.kernel_id, self.on_kernel_restarted)
         self.multi_kernel_manager.add_restart_callback(self.kernel_id, self.on_restart_failed, "dead")
-        ZMQChannelsWebsocketConnection._open_sockets.add(self)
+        upstream.open_connections().add(self)
         connected: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         connected.set_result(None)  # the handler awaits it
         return connected
@@ -116,7 +118,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
     async def kernel_moved(cls, kernel_id: str) -> None:
         """The kernel listens elsewhere now (resumed on another node, restarted on other
         ports): every open connection to it reconnects its streams there."""
-        moving = [c for c in list(ZMQChannelsWebsocketConnection._open_sockets)
+        moving = [c for c in list(upstream.open_connections())
                   if isinstance(c, cls) and c.kernel_id == kernel_id]
         # one connection closing meanwhile must not fail the others, nor the resume
         for outcome in await asyncio.gather(*(c._reconnect() for c in moving), return_exceptions=True):
@@ -310,7 +312,7 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
                 if record.state in (State.SUSPENDED, State.PARKED):
                     # "busy", not "restarting": JupyterLab 4 drops a cell's pending reply and
                     # output on "restarting". The restore's progress goes out as events.
-                    self._send_status_message("busy")
+                    upstream.send_status(self, "busy")
                     try:
                         await self._parts.operations.resume(self.kernel_id, reason="execute")
                     except Exception as e:

@@ -9,6 +9,7 @@ from typing import Any
 
 from jupyter_client.connect import port_names
 
+from .. import upstream
 from . import activity
 from .registry import KernelRegistry
 
@@ -50,9 +51,7 @@ class Relocation:
                 km.load_connection_info(info)
                 km.cleanup_connection_file()  # the server's copy, which `--existing` clients read
                 km.write_connection_file()
-                # jupyter_client keeps one control socket per kernel manager, connected once;
-                # closing it makes the next shutdown or interrupt connect to the new place.
-                km._close_control_socket()
+                upstream.close_control_socket(km)
         registry.note_placement(kernel_id)
         now = endpoint(km.get_connection_info())
         if self._endpoints.get(kernel_id) == now:

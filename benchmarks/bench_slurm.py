@@ -67,7 +67,7 @@ from server_fixtures import ws_request  # noqa: E402
 from slurm_cluster import SCRIPT, SlurmCluster  # noqa: E402
 
 from jupyter_gpuckpt.placement.kernelspec import kernelspec_json, slurm_config  # noqa: E402
-from jupyter_gpuckpt.placement.slurm_commands import ENDED  # noqa: E402
+from jupyter_gpuckpt.placement.slurm_jobs import ENDED  # noqa: E402
 
 SPEC = "python3-gpuckpt-slurm"
 SCENARIOS = ("start", "suspend", "resume", "preempt", "nodekill")

@@ -23,7 +23,7 @@ from server_fixtures import SLURM_KERNELSPECS, api, run, start_kernel
 from traitlets.config import Config
 
 from jupyter_gpuckpt.kernels.ledger import Ledger
-from jupyter_gpuckpt.placement import GPUCheckpointProvisioner, slurm_commands, slurm_queue
+from jupyter_gpuckpt.placement import GPUCheckpointProvisioner, slurm_jobs, slurm_queue
 from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 from jupyter_gpuckpt.placement.slurm import SlurmPlacement
 
@@ -72,7 +72,7 @@ def placement(partition: str) -> SlurmPlacement:
 
 
 def tag(group: str, kernel_id: str, store: Path, server: str | None = None) -> str:
-    return f"--comment={slurm_queue.KernelTag.of(group, kernel_id, store, server)}"
+    return f"--comment={slurm_jobs.KernelTag.of(group, kernel_id, store, server)}"
 
 
 @pytest.mark.parametrize(("tres", "gpus"), [
@@ -80,18 +80,18 @@ def tag(group: str, kernel_id: str, store: Path, server: str | None = None) -> s
     ("gres/gpu:2", 2), ("gres/gpu:h200:4", 4), ("gres/gpu=3", 3), ("cpu=2,gres/gpu=1", 1),  # 24.11
     ("gres/gpu:h200", 1), ("N/A", 0), ("(null)", 0), ("gres/shard:2", 0), ("gres/gpumem:10G", 0)])
 def test_gpu_requests_are_read_in_the_formats_of_both_slurm_versions(tres: str, gpus: int) -> None:
-    assert slurm_queue.gpu_count(tres) == gpus
+    assert slurm_jobs.gpu_count(tres) == gpus
 
 
 def test_the_tag_reads_back() -> None:
-    tag = slurm_queue.KernelTag.of("data science", "1a2b", Path("/store"), "0123456789abcdef")
+    tag = slurm_jobs.KernelTag.of("data science", "1a2b", Path("/store"), "0123456789abcdef")
     assert str(tag).startswith("jupyter-gpuckpt group=data_science kernel=1a2b store=")
     assert str(tag).endswith(" server=0123456789abcdef")
-    assert slurm_queue.KernelTag.parse(str(tag)) == tag
-    older = slurm_queue.KernelTag.parse(f"jupyter-gpuckpt group=g kernel=1a2b store={tag.store}")  # no server
-    assert older == slurm_queue.KernelTag("g", "1a2b", tag.store, "")
-    assert str(slurm_queue.KernelTag.of("g", "1a2b", Path("/store"))) == str(older)
-    assert slurm_queue.KernelTag.parse("(null)") is None and slurm_queue.KernelTag.parse("") is None
+    assert slurm_jobs.KernelTag.parse(str(tag)) == tag
+    older = slurm_jobs.KernelTag.parse(f"jupyter-gpuckpt group=g kernel=1a2b store={tag.store}")  # no server
+    assert older == slurm_jobs.KernelTag("g", "1a2b", tag.store, "")
+    assert str(slurm_jobs.KernelTag.of("g", "1a2b", Path("/store"))) == str(older)
+    assert slurm_jobs.KernelTag.parse("(null)") is None and slurm_jobs.KernelTag.parse("") is None
 
 
 async def test_demand_is_the_gpu_jobs_pending_in_the_partition(slurm: Any) -> None:
@@ -146,11 +146,11 @@ async def test_a_restarted_server_cancels_the_kernel_jobs_it_lost_track_of(
         "other store": slurm.submit(["-p", "gpu", "--gres=gpu:1", tag("g", elsewhere, tmp_path / "x"), *SLEEPER]),
         "not a kernel": slurm.submit(["-p", "gpu", "--gres=gpu:1", *SLEEPER]),
     }
-    slurm_commands.JobQueue.instance().kernels.add(launched)  # started by this server since
+    slurm_queue.JobQueue.instance().kernels.add(launched)  # started by this server since
     ledger = {kept: {"placement": "slurm", "job_id": jobs["kept"], "node": "node2", "run": 1},
               stale: {"placement": "slurm", "job_id": "999999", "node": "node3", "run": 3}}
     with caplog.at_level(logging.WARNING):
-        ended = await SlurmPlacement.collect_orphans(ledger, ())
+        ended = await SlurmPlacement.collect_orphans(ledger, (), Config())
     assert sorted(ended) == sorted([f"Slurm job {jobs['lost']} (kernel {lost})",
                                     f"Slurm job {jobs['lost pending']} (kernel {lost})",
                                     f"Slurm job {jobs['stale']} (kernel {stale})"])
@@ -161,7 +161,7 @@ async def test_a_restarted_server_cancels_the_kernel_jobs_it_lost_track_of(
     states = {name: slurm.job_state(job) for name, job in jobs.items()}
     assert states["kept"] == "RUNNING"
     assert {states[n] for n in ("launched", "other store", "not a kernel")} <= {"PENDING", "RUNNING"}
-    assert await GPUCheckpointProvisioner.collect_orphans(ledger, ()) == []  # local kernels end with their server
+    assert await GPUCheckpointProvisioner.collect_orphans(ledger, (), Config()) == []  # local kernels end with their server
 
 
 async def test_a_starting_server_cancels_no_job_of_another_running_server(
@@ -180,7 +180,7 @@ async def test_a_starting_server_cancels_no_job_of_another_running_server(
     jobs = {name: slurm.submit(["-p", "gpu", "--gres=gpu:1", tag("g", kernels[name], tmp_path, server), *SLEEPER])
             for name, server in servers.items()}
 
-    ended = await SlurmPlacement.collect_orphans({}, me.live_servers())
+    ended = await SlurmPlacement.collect_orphans({}, me.live_servers(), Config())
 
     assert sorted(ended) == sorted(f"Slurm job {jobs[n]} (kernel {kernels[n]})" for n in ("mine", "gone", "older"))
     await until(lambda: asyncio.to_thread(lambda: slurm.job_state(jobs["gone"]) == "CANCELLED"), 30,

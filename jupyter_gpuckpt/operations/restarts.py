@@ -117,7 +117,7 @@ class Restarts:
         runs = {kernel_id: entry.get("placement_info") for kernel_id, entry in every.items()}
         for placement in placement_classes():
             try:
-                for ended in await placement.collect_orphans(runs, others):
+                for ended in await placement.collect_orphans(runs, others, self.registry.kernel_manager.config):
                     self.log.warning("gpuckpt: ended %s, which the ledger did not know", ended)
             except Exception as e:  # Slurm's commands without a cluster, say: one line, not a traceback
                 self.log.warning("gpuckpt: could not look for untracked kernels of %s: %s", placement.__name__, e)

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from tornado import web
 from traitlets import Unicode
+from traitlets.config import Config
 
 from ..errors import ParkFailed, ParkUnsupported, PlacementError, Unplaceable
 from .demand import Demand
@@ -248,7 +249,7 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
 
     @classmethod
     async def collect_orphans(cls, runs: Mapping[str, Mapping[str, Any] | None],
-                              others: Collection[str]) -> list[str]:
+                              others: Collection[str], config: Config) -> list[str]:
         """End the kernel runs that outlived their server untracked (a Slurm job submitted as
         the server was killed, before the ledger knew it): this server's, and those of servers
         that are gone; one line per run ended. The manager calls it for each placement class as
@@ -263,6 +264,9 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
         others
             The :attr:`server_key` of every other server that runs now: their runs are theirs,
             even one their ledger entries do not show yet (just submitted).
+        config
+            The server's config, for the placement's own settings (as jupyter_client gives
+            provisioners theirs through their kernel manager).
         """
         return []
 

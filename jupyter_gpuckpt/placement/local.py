@@ -10,7 +10,6 @@ rather than letting the restarter relaunch it behind the resume's back.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 from subprocess import Popen
@@ -20,6 +19,7 @@ from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from traitlets import Float, Int
 
 from ..errors import ParkFailed, ParkUnsupported
+from ..waiting import until
 from . import parking
 from .contract import START_SUSPENDED, GPUCheckpointProvisioner, GPUNeeds, Location
 from .demand import Demand
@@ -32,9 +32,7 @@ REAP_SECONDS = 5.0
 
 async def _reaped(process: Popen[bytes]) -> None:
     """Collect an ended child's exit status, so no zombie (nor an unreaped ``Popen``) stays."""
-    deadline = asyncio.get_running_loop().time() + REAP_SECONDS
-    while process.poll() is None and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.02)
+    await until(lambda: process.poll() is not None, REAP_SECONDS, 0.02)
 
 
 class LocalPlacement(GPUCheckpointProvisioner, LocalProvisioner):

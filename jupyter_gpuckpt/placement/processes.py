@@ -19,6 +19,8 @@ import psutil
 
 from gpuckpt_store import protocol
 
+from ..waiting import until
+
 TAG = protocol.KERNEL_ENV
 """Set to the kernel id in the environment of every kernel process this server starts."""
 _ROUNDS = 3
@@ -95,12 +97,13 @@ async def _wait(processes: list[psutil.Process], timeout: float) -> list[psutil.
     Not ``psutil.wait_procs``: it reaps the kernel process, which is jupyter_client's child
     (its ``Popen`` must reap it to see how it ended), and it waits for a zombie leader whose
     other threads are gone, which :func:`_alive` counts as ended."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
     alive = [p for p in processes if _alive(p)]
-    while alive and loop.time() < deadline:
-        await asyncio.sleep(0.05)
-        alive = [p for p in alive if _alive(p)]
+
+    def ended() -> bool:
+        alive[:] = [p for p in alive if _alive(p)]
+        return not alive
+
+    await until(ended, timeout, 0.05)
     return alive
 
 

@@ -10,15 +10,16 @@ server's failover restores the kernel there (:meth:`departure` says why it moved
 The job's files (script, connection file with the key, the kernel's exit note) are in the
 kernel's folder of the store, which every node must see (``jupyter gpuckpt doctor``).
 
-Each job carries a tag in its ``--comment`` (:class:`~.slurm_queue.KernelTag`): from it
+Each job carries a tag in its ``--comment`` (:class:`~.slurm_jobs.KernelTag`): from it
 every server reads the GPUs each group's kernels hold (the policy's floors), and a restarted
 server finds the jobs of its kernels it lost track of (:meth:`SlurmPlacement.collect_orphans`).
 The policy's demand is Slurm's own queue: GPU jobs pending in the kernel's partition.
+Every Slurm command goes through :class:`~.slurm_commands.SlurmCommands` (templates a site can
+wrap), and jobs and nodes are read from Slurm's JSON.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -31,17 +32,20 @@ from typing import Any
 import zmq
 import zmq.asyncio
 from traitlets import Bool, Dict, Float, Int, List, Unicode
+from traitlets.config import Config
 from traitlets.log import get_logger
 
 from gpuckpt_store import STORE_ENV, CheckpointError, CheckpointStore, default_root, protocol
 
 from ..errors import PlacementError, Unplaceable
-from . import slurm_commands as slurm
-from . import slurm_queue
+from ..waiting import until
 from .contract import ADOPT, START_SUSPENDED, Departure, GPUCheckpointProvisioner, GPUNeeds, Location, StartFailed
 from .demand import Demand
 from .gpus import GPU
+from .slurm_commands import SlurmCommands
 from .slurm_files import JobFiles
+from .slurm_jobs import UNPLACEABLE, KernelTag, SlurmJob, store_key
+from .slurm_queue import ClusterQueue, JobQueue
 
 _START_POLL = 0.25
 """Seconds between looks at a starting job (its state, its connection file)."""
@@ -94,6 +98,14 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     _cmd: list[str] | None = None
     _cwd: str | None = None
     _detached = False
+    _commands: SlurmCommands | None = None
+
+    @property
+    def commands(self) -> SlurmCommands:
+        """The Slurm commands, as this server's config (``c.SlurmCommands``) writes them."""
+        if self._commands is None:
+            self._commands = SlurmCommands(parent=self)
+        return self._commands
 
     # -- where -------------------------------------------------------------------------
 
@@ -139,23 +151,23 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         """Jobs of any user pending for GPUs in the kernel's partition(s), for Resources or
         Priority: a GPU this kernel frees can start them (a held job, one waiting on a
         dependency or for a node or partition that is down, it cannot)."""
-        queue = slurm_queue.ClusterQueue.instance()
-        jobs = await queue.read(self.poll_interval)
-        partitions = set(self._partitions) or {await queue.default_partition()}
+        queue = ClusterQueue.instance()
+        jobs = await queue.read(self.poll_interval, self.commands)
+        partitions = set(self._partitions) or {await queue.default_partition(self.commands)}
         waiting = [j for j in jobs if j.waits_for_gpus and partitions.intersection(j.partitions)]
         return Demand(sum(j.gpus for j in waiting), [f"Slurm job {j.job_id} ({j.user})" for j in waiting])
 
     async def group_gpus(self) -> dict[str, int] | None:
         """GPUs held by each group's running kernel jobs, every user's, from the jobs' tags."""
         held: dict[str, int] = {}
-        for job in await slurm_queue.ClusterQueue.instance().read(self.poll_interval):
+        for job in await ClusterQueue.instance().read(self.poll_interval, self.commands):
             if job.state == "RUNNING" and job.tag is not None and job.tag.group:
                 held[job.tag.group] = held.get(job.tag.group, 0) + job.gpus
         return held
 
     @classmethod
     async def collect_orphans(cls, runs: Mapping[str, Mapping[str, Any] | None],
-                              others: Collection[str]) -> list[str]:
+                              others: Collection[str], config: Config) -> list[str]:
         """Cancel this user's kernel jobs of this server's store that the ledger does not
         keep: their server stopped while submitting them (before the ledger knew the job), so
         nothing would follow or end them, and they would hold their GPUs until their time
@@ -169,20 +181,24 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             every kernel in the ledger.
         others
             The keys of the other servers that run now.
+        config
+            The server's config (its ``SlurmCommands``).
         """
-        if shutil.which("squeue") is None:  # no Slurm here: no job of ours either
+        commands = SlurmCommands(config=config)
+        if shutil.which(commands.argv(commands.jobs)[0]) is None:  # no Slurm here: no job of ours either
             return []
-        store = slurm_queue.store_key(cls.store_root or default_root())
-        ours = slurm.JobQueue.instance().kernels
+        store = store_key(cls.store_root or default_root())
+        ours = JobQueue.instance().kernels
         cancelled = []
-        for job in await slurm_queue.own_kernel_jobs():
+        for job in await commands.own_jobs():
             tag = job.tag
-            if tag is None or tag.store != store or tag.kernel_id in ours or tag.server in others:
+            if (tag is None or job.ended or job.state == "COMPLETING" or tag.store != store or tag.kernel_id in ours
+                    or tag.server in others):
                 continue
             kept = runs.get(tag.kernel_id)
             if kept is not None and str(kept.get("job_id")) == job.job_id:
                 continue
-            await slurm.cancel(job.job_id)
+            await commands.cancel_job(job.job_id)
             why = "is not in the ledger" if tag.kernel_id not in runs else "has no such run in the ledger"
             get_logger().warning("gpuckpt: cancelled Slurm job %s (%s): its kernel %s %s; the server stopped "
                                  "while submitting it", job.job_id, job.state.lower(), tag.kernel_id, why)
@@ -216,7 +232,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         self._cmd, self._cwd = cmd, kwargs.get("cwd")
-        slurm.JobQueue.instance().kernels.add(self.kernel_id)
+        JobQueue.instance().kernels.add(self.kernel_id)
         inherited = {k: v for k, v in kwargs["env"].items() if k == "SLURM_CONF" or not k.startswith(_NOT_INHERITED)}
         self._env = {**inherited, protocol.KERNEL_ENV: self.kernel_id, STORE_ENV: str(self._store),
                      protocol.KERNELSPEC_ENV: str(getattr(self.parent, "kernel_name", "") or "")}
@@ -234,10 +250,10 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     async def _take_over(self, info: dict[str, Any]) -> dict[str, Any]:
         """Follow a job that outlived a server restart, from its ledger entry."""
         self.job_id, self.node, self.run = str(info["job_id"]), info.get("node"), int(info["run"])
-        slurm.JobQueue.instance().track(self.job_id)
+        JobQueue.instance().track(self.job_id)
         reported = self.files.reported()
         if reported is None:  # unreachable: end it rather than leave it holding its GPUs
-            await slurm.cancel(self.job_id)
+            await self.commands.cancel_job(self.job_id)
             raise PlacementError(f"job {self.job_id}'s connection file is gone; the kernel cannot be reached, "
                                  "so the job was cancelled")
         self.connection_info = reported  # type: ignore[assignment]
@@ -264,7 +280,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             args.append(f"--time={self.time}")
         if self._cwd:
             args.append(f"--chdir={self._cwd}")
-        tag = slurm_queue.KernelTag.of(self.kernel_group(), self.kernel_id, self._store, self.server_key)
+        tag = KernelTag.of(self.kernel_group(), self.kernel_id, self._store, self.server_key)
         return [*args, *self.sbatch_args, f"--comment={tag}"]
 
     def _gpu_constraint(self, needs: GPUNeeds) -> tuple[str, str]:
@@ -302,7 +318,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         files.exit_note(run).unlink(missing_ok=True)  # a note of an earlier server's run of that number
         env = {**self._env, protocol.ON_TERM_ENV: str(files.exit_note(run))}
         self.waiting = "waiting for a GPU: submitting the job to Slurm"
-        job_id = await slurm.submit(str(files.script), self._sbatch_args(needs), env)
+        job_id = await self.commands.submit_job(str(files.script), self._sbatch_args(needs), env)
         self.job_id, self.node, self._departure = job_id, None, None
         try:
             info = await self._until_reported(job_id, run)
@@ -320,39 +336,42 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         return info
 
     async def _until_reported(self, job_id: str, run: int) -> dict[str, Any]:
-        queue, files = slurm.JobQueue.instance(), self.files
+        queue, files = JobQueue.instance(), self.files
         submitted = time.monotonic()
         running_since: float | None = None
-        while True:
-            job = await queue.job(job_id, _START_POLL)
+
+        async def reported() -> dict[str, Any] | None:
+            """The connection info the kernel wrote back; None while it has not yet."""
+            nonlocal running_since
+            job = await queue.job(job_id, _START_POLL, self.commands)
             if job.state == "PENDING":
                 reason = f", reason {job.reason}" if job.reason not in ("", "None") else ""
                 self.waiting = f"waiting for a GPU: queued in Slurm, job {job_id}{reason}"
-                if job.reason.startswith(slurm.UNPLACEABLE):
+                if job.reason.startswith(UNPLACEABLE):
                     raise Unplaceable(f"Slurm cannot run job {job_id} as asked "
                                       f"(partition {self.partition or 'default'}): {job.reason}")
                 if self.queue_timeout and time.monotonic() - submitted > self.queue_timeout:
                     raise PlacementError(f"job {job_id} was still queued in Slurm ({job.reason}) after "
                                          f"{self.queue_timeout:.0f} s (SlurmPlacement.queue_timeout)")
-            elif job.ended:
+                return None
+            if job.ended:
                 tail = files.output_tail(job_id)
                 raise PlacementError(f"job {job_id} ended ({job.state}) before its kernel reported back"
                                      + (f": {tail}" if tail else ""))
-            else:
-                self.node = job.node or self.node
-                self.waiting = f"starting: job {job_id} {job.state.lower()} on {job.node}, waiting for the kernel"
-                if job.state == "RUNNING":  # not CONFIGURING (a node booting)
-                    running_since = running_since or time.monotonic()
-                else:
-                    running_since = None
-                reported = files.reported()
-                if reported is not None:
-                    return reported
-                if running_since is not None and time.monotonic() - running_since > self.start_timeout:
-                    raise PlacementError(f"job {job_id} runs on node {job.node}, but its kernel did not report "
-                                         f"back within {self.start_timeout:.0f} s (SlurmPlacement.start_timeout); "
-                                         f"see {files.output(job_id)}")
-            await asyncio.sleep(_START_POLL)
+            self.node = job.node or self.node
+            self.waiting = f"starting: job {job_id} {job.state.lower()} on {job.node}, waiting for the kernel"
+            # the start clock runs from RUNNING, not CONFIGURING (a node booting)
+            running_since = (running_since or time.monotonic()) if job.state == "RUNNING" else None
+            info = files.reported()
+            if info is None and running_since is not None and time.monotonic() - running_since > self.start_timeout:
+                raise PlacementError(f"job {job_id} runs on node {job.node}, but its kernel did not report "
+                                     f"back within {self.start_timeout:.0f} s (SlurmPlacement.start_timeout); "
+                                     f"see {files.output(job_id)}")
+            return info
+
+        info: dict[str, Any] | None = await until(reported, None, _START_POLL)
+        assert info is not None, "no time limit: until returns a value"
+        return info
 
     # -- state -------------------------------------------------------------------------
 
@@ -361,7 +380,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             return None
         if self.job_id is None:
             return 0
-        job = await slurm.JobQueue.instance().job(self.job_id, self.poll_interval)
+        job = await JobQueue.instance().job(self.job_id, self.poll_interval, self.commands)
         if job.suspect and not await self._heartbeat():
             # Completing, or Slurm no longer hears the node, and the kernel does not answer
             # either: it is gone (Slurm says so only after SlurmdTimeout). The job is
@@ -370,7 +389,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
                 note = self.files.read_exit_note(self.run)
                 self._departure = (self._why_ended(job) if note and note.get("checkpoint_id")
                                    else Departure("node failure", self.node))
-            await slurm.cancel(self.job_id)
+            await self.commands.cancel_job(self.job_id)
             return 1
         if not job.ended:
             return None
@@ -393,7 +412,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         finally:
             socket.close()
 
-    def _why_ended(self, job: slurm.Job) -> Departure:
+    def _why_ended(self, job: SlurmJob) -> Departure:
         note = self.files.read_exit_note(self.run) or {}
         cause = _CAUSES.get(job.state) or ("preemption" if note else "the job ended")
         return Departure(cause, self.node, note.get("checkpoint_id"), note.get("last_cell"),
@@ -406,21 +425,23 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     async def running(self) -> bool:
         if self.job_id is None:
             return False
-        return not (await slurm.JobQueue.instance().job(self.job_id, self.poll_interval)).ended
+        return not (await JobQueue.instance().job(self.job_id, self.poll_interval, self.commands)).ended
 
     def lost(self) -> bool:
         if self.suspended or self.starting or self.job_id is None:
             return False
-        job = slurm.JobQueue.instance().cached(self.job_id)
+        job = JobQueue.instance().cached(self.job_id)
         return job is not None and job.ended
 
     async def wait(self) -> int | None:
-        while self.job_id is not None and not self.suspended:
-            job = await slurm.JobQueue.instance().job(self.job_id, _START_POLL)
-            if job.ended:
-                return 0
-            await asyncio.sleep(_START_POLL)
+        await until(self._run_over, None, _START_POLL)
         return 0
+
+    async def _run_over(self) -> bool:
+        """The kernel has no job now, or its job has ended."""
+        if self.job_id is None or self.suspended:
+            return True
+        return (await JobQueue.instance().job(self.job_id, _START_POLL, self.commands)).ended
 
     # -- signals and ending ------------------------------------------------------------
 
@@ -431,10 +452,10 @@ class SlurmPlacement(GPUCheckpointProvisioner):
     async def send_signal(self, signum: int) -> None:
         if not signum or self.job_id is None or self.suspended:
             return
-        job = slurm.JobQueue.instance().cached(self.job_id)
+        job = JobQueue.instance().cached(self.job_id)
         if job is not None and (job.ended or job.suspect):
             return  # a signal goes to the node's slurmd, which may not answer: nothing to interrupt
-        await slurm.cancel(self.job_id, signal.Signals(signum).name.removeprefix("SIG"))
+        await self.commands.cancel_job(self.job_id, signal.Signals(signum).name.removeprefix("SIG"))
 
     async def kill(self, restart: bool = False) -> None:
         await self._end_job()
@@ -449,7 +470,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         if self.job_id is None or self._detached:
             return
         self.files.write_exit_note(self.run, {"reason": "ended by the server"})
-        await slurm.cancel(self.job_id)
+        await self.commands.cancel_job(self.job_id)
 
     async def shutdown_requested(self, restart: bool = False) -> None:
         self.start_error = None  # a kernel that failed to start again ends at once
@@ -461,7 +482,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             return
         await self._end_job()
         if self.job_id is not None:
-            slurm.JobQueue.instance().forget(self.job_id)
+            JobQueue.instance().forget(self.job_id)
         self.job_id = None
         if not restart and not self.suspended:
             shutil.rmtree(self.files.folder, ignore_errors=True)
@@ -478,16 +499,16 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         job_id, self.job_id = self.job_id, None
         if job_id is not None:
             await self._until_ended(job_id)
-            slurm.JobQueue.instance().forget(job_id)
+            JobQueue.instance().forget(job_id)
         self.node = None
         return []
 
     async def _until_ended(self, job_id: str) -> None:
-        deadline = time.monotonic() + slurm.COMMAND_TIMEOUT
-        while not (await slurm.JobQueue.instance().job(job_id, _START_POLL)).ended:
-            if time.monotonic() > deadline:
-                raise PlacementError(f"job {job_id} did not end within {slurm.COMMAND_TIMEOUT:.0f} s of scancel")
-            await asyncio.sleep(_START_POLL)
+        async def ended() -> bool:
+            return (await JobQueue.instance().job(job_id, _START_POLL, self.commands)).ended
+
+        if not await until(ended, self.commands.timeout, _START_POLL):
+            raise PlacementError(f"job {job_id} did not end within {self.commands.timeout:.0f} s of scancel")
 
     async def resume(self, needs: GPUNeeds) -> None:
         """Submit a new job, on any node with GPUs that fit ``needs``, and wait for it."""

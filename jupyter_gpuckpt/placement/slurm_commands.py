@@ -1,10 +1,12 @@
 """Slurm's own commands, run by the server's user: the one place that spawns them.
 
-Job states come from one ``squeue`` for every kernel job of this server (and ``sinfo`` for
-their nodes), at most once per
-``interval`` seconds however many kernels ask (jupyter_client's restarter polls each kernel
-every few seconds), so a server with many kernels does not load ``slurmctld``. The policy's
-view of the cluster is in :mod:`.slurm_queue`.
+Each command is a template (``c.SlurmCommands.submit = "sudo -u {user} sbatch --parsable
+{options} {script}"``), as batchspawner makes them, so that a site can wrap them (sudo, a
+wrapper script that reaches a login node) without code. A template is split into words
+first and the fields are filled in word by word, with no shell between: ``{options}``
+standing alone becomes the arguments the server passes (none, one or many words), every
+other field one word's text, so no job script name or comment can inject a command.
+Jobs and nodes are read from Slurm's JSON (:mod:`.slurm_jobs`).
 """
 
 from __future__ import annotations
@@ -12,150 +14,124 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import getpass
-import time
-from dataclasses import dataclass
+import shlex
+from collections.abc import Sequence
+
+from traitlets import Float, Unicode
+from traitlets.config import Configurable
 
 from ..errors import PlacementError
-
-COMMAND_TIMEOUT = 30.0
-"""Seconds a Slurm command may take (slurmctld answers in milliseconds when it is up)."""
-ENDED = {"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
-         "PREEMPTED", "TIMEOUT", "REVOKED", "SPECIAL_EXIT", "GONE"}
-"""Job states after which the job's kernel no longer runs (GONE: Slurm forgot the job)."""
-UNPLACEABLE = ("PartitionConfig", "BadConstraints", "PartitionNodeLimit", "PartitionTimeLimit", "InvalidQOS",
-               "InvalidAccount", "Unschedulable")
-"""Pending reasons that mean no node can ever take the job as it is asked for: refused at once.
-(Temporary ones, such as ``ReqNodeNotAvail`` for a reservation or ``PartitionDown``, wait, up
-to ``queue_timeout``.)"""
+from .slurm_jobs import SlurmJob, read_jobs, read_node_states
 
 
 class SlurmCommandError(PlacementError):
     """A Slurm command failed; the message is Slurm's own."""
 
 
-@dataclass(frozen=True)
-class Job:
-    """A job as ``squeue`` sees it, and the state of its node as ``sinfo`` does."""
-
-    job_id: str
-    state: str
-    reason: str = ""
-    node: str = ""
-    node_state: str = ""
-
-    @property
-    def ended(self) -> bool:
-        return self.state in ENDED
-
-    @property
-    def suspect(self) -> bool:
-        """The job may be gone though Slurm does not say so yet: it is completing, or Slurm
-        has stopped hearing from its node (``*`` in sinfo: NOT_RESPONDING; Slurm declares the
-        node dead only after ``SlurmdTimeout``)."""
-        unheard = "*" in self.node_state or self.node_state.startswith("down")
-        return self.state == "COMPLETING" or (self.state == "RUNNING" and unheard)
+def _template(help: str, default: str) -> Unicode:  # type: ignore[type-arg]
+    return Unicode(default, config=True, help=f"{help} Fields: {{options}} (the server's arguments, as "
+                                             "separate words), {user} (the server's user) and those named.")
 
 
-async def run(*argv: str, env: dict[str, str] | None = None, timeout: float = COMMAND_TIMEOUT) -> str:
-    """Run a Slurm command; its stdout.
+class SlurmCommands(Configurable):
+    """The Slurm commands the server runs, as templates (see the module's docstring)."""
 
-    Raises
-    ------
-    PlacementError
-        The command is not installed, timed out, or failed (with Slurm's message).
-    """
-    try:
-        process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
-                                                       stdout=asyncio.subprocess.PIPE,
-                                                       stderr=asyncio.subprocess.PIPE, env=env)
-    except FileNotFoundError:
-        raise PlacementError(f"{argv[0]} is not on the Jupyter server's PATH: Slurm kernels need Slurm's client "
-                             "commands (Debian: apt-get install slurm-client) and SLURM_CONF pointing at the "
-                             "cluster's slurm.conf") from None
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise SlurmCommandError(f"{argv[0]} did not answer within {timeout:.0f} s (is slurmctld up?)") from None
-    except asyncio.CancelledError:
-        # the server stops (its policy loop reads the queue often): reap the command now, or
-        # its transport is collected after the event loop has closed
-        with contextlib.suppress(ProcessLookupError):
+    prefix = Unicode("", config=True, help="Words put before every Slurm command, e.g. 'sudo -E -u {user}' or "
+                                           "a wrapper that runs it on a login node (it must keep the words "
+                                           "as they are given: ssh joins them into one shell line).")
+    submit = _template("Submits a kernel job; prints the job id first (sbatch --parsable). Field {script}: "
+                       "the job script, in the store every node sees.", "sbatch --parsable {options} {script}")
+    cancel = _template("Cancels a kernel job, or sends its steps a signal (options: --signal=NAME). Field "
+                       "{job_id}.", "scancel {options} {job_id}")
+    jobs = _template("Prints jobs as JSON (options: --states=..., --user=...; Slurm 22.05 ignores them and "
+                     "prints every job, which the server filters).", "squeue --json {options}")
+    nodes = _template("Prints the nodes and their states as JSON.", "sinfo --json --Node")
+    partitions = _template("Prints the partitions, the default one marked '*' (the one thing Slurm 22.05's "
+                           "JSON does not say).", "sinfo --noheader --format=%P")
+    timeout = Float(30.0, config=True, help="Seconds a Slurm command may take (slurmctld answers in "
+                                            "milliseconds when it is up).")
+
+    def argv(self, template: str, options: Sequence[str] = (), **fields: str) -> list[str]:
+        """The words of ``prefix`` and ``template`` with ``fields`` filled in."""
+        values = {"user": getpass.getuser(), **fields}
+        words: list[str] = []
+        for word in shlex.split(self.prefix) + shlex.split(template):
+            if word == "{options}":
+                words.extend(options)
+            else:
+                try:
+                    words.append(word.format(**values))
+                except (KeyError, IndexError, ValueError) as e:
+                    raise SlurmCommandError(f"Slurm command template {template!r} has an unknown field: {e}") from None
+        return words
+
+    async def run(self, argv: list[str], env: dict[str, str] | None = None) -> str:
+        """Run a Slurm command; its stdout.
+
+        Raises
+        ------
+        PlacementError
+            The command is not installed, timed out, or failed (with Slurm's message).
+        """
+        try:
+            process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                           stdout=asyncio.subprocess.PIPE,
+                                                           stderr=asyncio.subprocess.PIPE, env=env)
+        except FileNotFoundError:
+            raise PlacementError(f"{argv[0]} is not on the Jupyter server's PATH: Slurm kernels need Slurm's "
+                                 "client commands (Debian: apt-get install slurm-client) and SLURM_CONF pointing "
+                                 "at the cluster's slurm.conf (or SlurmCommands templates that reach them)") from None
+        try:
+            out, err = await asyncio.wait_for(process.communicate(), self.timeout)
+        except TimeoutError:
             process.kill()
-        await process.wait()
-        raise
-    if process.returncode:
-        text = err.decode(errors="replace").strip() or out.decode(errors="replace").strip()
-        message = "; ".join(line.strip().removeprefix(f"{argv[0]}: ").removeprefix("error: ")
-                            for line in text.splitlines() if line.strip())
-        raise SlurmCommandError(f"{argv[0]} failed: {message or f'exit status {process.returncode}'}")
-    return out.decode(errors="replace")
-
-
-async def submit(script: str, args: list[str], env: dict[str, str]) -> str:
-    """``sbatch`` ``script`` with ``args``, in environment ``env``; the job id."""
-    out = await run("sbatch", "--parsable", *args, script, env=env)
-    return out.strip().split(";")[0]
-
-
-async def cancel(job_id: str, signal: str | None = None) -> None:
-    """``scancel`` the job (or send its steps ``signal``); a job already gone is fine."""
-    try:
-        await run("scancel", *([f"--signal={signal}"] if signal else []), job_id)
-    except SlurmCommandError as e:
-        if "Invalid job id" not in str(e) and "already completing" not in str(e):
+            await process.wait()
+            raise SlurmCommandError(f"{argv[0]} did not answer within {self.timeout:.0f} s "
+                                    "(is slurmctld up?)") from None
+        except asyncio.CancelledError:
+            # the server stops (its policy loop reads the queue often): reap the command now, or
+            # its transport is collected after the event loop has closed
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
             raise
+        if process.returncode:
+            text = err.decode(errors="replace").strip() or out.decode(errors="replace").strip()
+            name = argv[0].rsplit("/", 1)[-1]
+            message = "; ".join(line.strip().removeprefix(f"{name}: ").removeprefix("error: ")
+                                for line in text.splitlines() if line.strip())
+            raise SlurmCommandError(f"{name} failed: {message or f'exit status {process.returncode}'}")
+        return out.decode(errors="replace")
 
+    async def submit_job(self, script: str, options: list[str], env: dict[str, str]) -> str:
+        """Submit ``script`` with ``options``, in environment ``env``; the job id."""
+        out = await self.run(self.argv(self.submit, options, script=script), env=env)
+        return out.strip().split(";")[0]
 
-class JobQueue:
-    """Job states of this server's Slurm kernels, from one rate-limited ``squeue``."""
+    async def cancel_job(self, job_id: str, signal: str | None = None) -> None:
+        """Cancel the job (or send its steps ``signal``); a job already gone or ending is fine,
+        as the queue shows it (not as scancel's message words it)."""
+        try:
+            await self.run(self.argv(self.cancel, [f"--signal={signal}"] if signal else [], job_id=job_id))
+        except SlurmCommandError:
+            job = next((j for j in await self.own_jobs() if j.job_id == job_id), None)
+            if job is not None and not job.ended and job.state != "COMPLETING":
+                raise
 
-    _instance: JobQueue | None = None
+    async def read_jobs(self, *options: str) -> list[SlurmJob]:
+        """The jobs the jobs template prints with ``options`` (filter them again: 22.05 does not)."""
+        return read_jobs(await self.run(self.argv(self.jobs, options)))
 
-    def __init__(self) -> None:
-        self.jobs: dict[str, Job] = {}
-        self.tracked: set[str] = set()
-        self.kernels: set[str] = set()
-        """Kernels this server has launched or taken over: their jobs are never orphans."""
-        self.read_at = 0.0
-        self._lock = asyncio.Lock()
+    async def own_jobs(self) -> list[SlurmJob]:
+        """Every job of the server's user Slurm still knows, ended ones included."""
+        user = getpass.getuser()
+        return [job for job in await self.read_jobs("--states=all", f"--user={user}") if job.user == user]
 
-    @classmethod
-    def instance(cls) -> JobQueue:
-        if cls._instance is None:
-            cls._instance = cls()
-        return cls._instance
+    async def node_states(self) -> dict[str, frozenset[str]]:
+        """Node name -> its state words (``IDLE``, ``MIXED``, ``DOWN``, ``NOT_RESPONDING``, ...)."""
+        return read_node_states(await self.run(self.argv(self.nodes)))
 
-    def track(self, job_id: str) -> None:
-        self.tracked.add(job_id)
-
-    def forget(self, job_id: str) -> None:
-        self.tracked.discard(job_id)
-        self.jobs.pop(job_id, None)
-
-    def cached(self, job_id: str) -> Job | None:
-        """The job as last read (None before the first read)."""
-        return self.jobs.get(job_id)
-
-    async def job(self, job_id: str, interval: float) -> Job:
-        """The job's state, read again if the last read is older than ``interval`` s."""
-        self.track(job_id)
-        async with self._lock:
-            if job_id not in self.jobs or time.monotonic() - self.read_at >= interval:
-                await self._read()
-        return self.jobs[job_id]
-
-    async def _read(self) -> None:
-        ids = sorted(self.tracked)
-        # All of this user's jobs, not `-j IDS`: squeue fails as a whole when one id is gone.
-        out = await run("squeue", "-a", "-h", "--states=all", "-o", "%i|%T|%r|%N", "-u", getpass.getuser())
-        nodes = dict(line.split("|", 1) for line in (await run("sinfo", "-a", "-h", "-N", "-o", "%N|%t")).splitlines()
-                     if "|" in line)
-        seen = {}
-        for line in out.splitlines():
-            parts = line.split("|")
-            if len(parts) == 4:
-                seen[parts[0]] = Job(parts[0], parts[1], parts[2], parts[3], nodes.get(parts[3], ""))
-        self.jobs = {i: seen.get(i, Job(i, "GONE")) for i in ids}
-        self.read_at = time.monotonic()
+    async def default_partition(self) -> str:
+        """The cluster's default partition, where a job asking for none goes ('' if none is)."""
+        out = await self.run(self.argv(self.partitions))
+        return next((p.removesuffix("*") for p in out.split() if p.endswith("*")), "")

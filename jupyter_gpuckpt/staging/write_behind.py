@@ -28,6 +28,7 @@ from ..kernels.lifecycle import AWAY, KernelRecord, State
 from ..kernels.record_parts import CheckpointRef, WriteBehindStatus
 from ..kernels.registry import KernelRegistry
 from ..tasks import BackgroundTasks
+from ..waiting import retry_delay
 from .host_memory import HostMemory
 from .retention import Retention
 
@@ -125,7 +126,7 @@ class WriteBehind:
                     await asyncio.to_thread(host.drop, checkpoint_id)
                     await self._lost(record, checkpoint_id, f"could not be written to the store ({error})")
                     return
-                wait = RETRY_SECONDS[min(attempt, len(RETRY_SECONDS)) - 1]
+                wait = retry_delay(attempt, RETRY_SECONDS)
                 record.write_behind = WriteBehindStatus.failed(checkpoint_id, attempt, error)
                 self.emit("suspend", {"kernel_id": record.kernel_id, "phase": "write_failed",
                                       "checkpoint_id": checkpoint_id, "error": error, "retry_in": wait})

@@ -8,15 +8,13 @@ the user reads.
 
 from __future__ import annotations
 
-import http.cookiejar
-import json
 import os
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
+
+from ..rest_client import RestClient, RestError, call
 
 URL_ENV = "JUPYTER_GPUCKPT_URL"
 TOKEN_ENV = "JUPYTER_TOKEN"
@@ -99,17 +97,14 @@ def find_server(url: str | None = None, token: str | None = None, cwd: Path | No
     return Server(_normalized(str(info["url"])), token)
 
 
-def _error_message(error: urllib.error.HTTPError, url: str) -> str:
-    body = error.read()
-    try:
-        message = json.loads(body).get("message")
-    except (ValueError, AttributeError):
-        message = None
-    if error.code == 403 and (not message or message == "Forbidden"):
+def _error_message(error: RestError) -> str:
+    if error.code is None:
+        return error.message
+    if error.code == 403 and error.said in (None, "Forbidden"):
         return "the server refused the request (HTTP 403): check --token or $JUPYTER_TOKEN"
-    if error.code == 404 and (not message or message == "Not Found"):
-        return f"{url} was not found (HTTP 404): is the jupyter_gpuckpt extension enabled on the server?"
-    return f"{message or error.reason} (HTTP {error.code})"
+    if error.code == 404 and error.said in (None, "Not Found"):
+        return f"{error.url} was not found (HTTP 404): is the jupyter_gpuckpt extension enabled on the server?"
+    return error.message
 
 
 class GPUCheckpointClient:
@@ -127,46 +122,20 @@ class GPUCheckpointClient:
     def __init__(self, server: Server, timeout: float = 30.0) -> None:
         self.server = server
         self.timeout = timeout
-        self._cookies = http.cookiejar.CookieJar()
-        self._opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self._cookies))
-
-    def _xsrf(self) -> str | None:
-        """The ``_xsrf`` cookie a server without a token wants echoed on POSTs.
-
-        A token-authenticated request skips jupyter_server's XSRF check; without a token
-        the check applies, and any page (even its 404 page) sets the cookie.
-        """
-        if not any(c.name == "_xsrf" for c in self._cookies):
-            try:
-                self._opener.open(f"{self.server.url}login", timeout=self.timeout).close()
-            except (urllib.error.URLError, OSError):
-                pass  # the POST itself reports what is wrong
-        return next((c.value for c in self._cookies if c.name == "_xsrf"), None)
 
     def request(self, method: str, path: str, *, timeout: float | None = None, **params: str) -> Any:
         """``method`` on ``api/gpuckpt/<path>``; the decoded JSON answer."""
-        url = f"{self.server.url}api/gpuckpt/{path}" + (f"?{urlencode(params)}" if params else "")
-        headers = {"Accept": "application/json"}
-        if self.server.token:
-            headers["Authorization"] = f"token {self.server.token}"
-        elif method != "GET" and (xsrf := self._xsrf()):
-            headers["X-XSRFToken"] = xsrf
-        request = urllib.request.Request(url, data=b"" if method == "POST" else None, headers=headers,
-                                         method=method)
+        async def calling() -> Any:
+            client = RestClient(self.server.url, self.server.token or None, timeout)
+            try:
+                return await client.json(method, f"api/gpuckpt/{path}", params=params or None)
+            finally:
+                client.close()
+
         try:
-            with self._opener.open(request, timeout=timeout) as response:
-                body = response.read()
-        except urllib.error.HTTPError as e:
-            raise CLIError(_error_message(e, url.partition("?")[0])) from None
-        except urllib.error.URLError as e:
-            reason = e.reason.strerror if isinstance(e.reason, OSError) and e.reason.strerror else e.reason
-            raise CLIError(f"cannot reach the Jupyter server at {self.server.url}: {reason}") from None
-        except (TimeoutError, ConnectionError) as e:
-            raise CLIError(f"the Jupyter server at {self.server.url} did not answer: {e}") from None
-        try:
-            return json.loads(body) if body else None
-        except ValueError:
-            raise CLIError(f"{url} did not answer JSON; is this a Jupyter server?") from None
+            return call(calling())
+        except RestError as e:
+            raise CLIError(_error_message(e)) from None
 
     def get(self, path: str) -> Any:
         return self.request("GET", path, timeout=self.timeout)

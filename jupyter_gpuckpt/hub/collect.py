@@ -22,8 +22,8 @@ from typing import Any
 from urllib.parse import urljoin
 
 from prometheus_client.parser import text_string_to_metric_families
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
+from ..rest_client import RestClient, RestError
 from .errors import KernelNotFound, ServerUnavailable, WrongState
 from .hub_api import HubUser, UserServer
 
@@ -85,8 +85,7 @@ class KernelCollector:
 
     def __init__(self, proxy_url: str, token: str, timeout: float, operation_timeout: float,
                  concurrency: int) -> None:
-        self.proxy_url = proxy_url
-        self.token = token
+        self._client = RestClient(proxy_url, token, timeout, name="a user's server")
         self.timeout = timeout
         self.operation_timeout = operation_timeout
         self._limit = asyncio.Semaphore(concurrency)
@@ -95,18 +94,15 @@ class KernelCollector:
 
     async def _request(self, server: UserServer, path: str, method: str = "GET",
                        timeout: float | None = None) -> tuple[int, str]:
-        url = urljoin(urljoin(self.proxy_url, server.url), path)
-        request = HTTPRequest(url, method=method, body=b"" if method == "POST" else None,
-                              headers={"Authorization": f"token {self.token}"}, follow_redirects=False,
-                              request_timeout=timeout or self.timeout)
         try:
-            response = await AsyncHTTPClient().fetch(request, raise_error=False)
-        except OSError as e:
-            raise ServerUnavailable(f"{server.user}'s server cannot be reached: {e}") from e
-        body = response.body.decode("utf-8", "replace") if response.body else ""
-        if response.code >= 300 and response.code not in (404, 409):
-            raise ServerUnavailable(f"{server.user}'s server answered {response.code} to {path}: {_message(body)}")
-        return response.code, body
+            answer = await self._client.fetch(method, urljoin(server.url, path), timeout=timeout or self.timeout,
+                                              errors=False)
+        except RestError as e:
+            raise ServerUnavailable(f"{server.user}'s server cannot be reached: {e.reason}") from e
+        body = answer.body.decode("utf-8", "replace")
+        if answer.code >= 300 and answer.code not in (404, 409):
+            raise ServerUnavailable(f"{server.user}'s server answered {answer.code} to {path}: {_message(body)}")
+        return answer.code, body
 
     async def _read(self, server: UserServer) -> ServerReport:
         report = ServerReport(server.user, server.name, server.url)

@@ -8,13 +8,11 @@ reach the hub only URL-quoted, and a user server's address only ever comes from 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-
+from ..rest_client import RestClient, RestError
 from .errors import ServerUnavailable, UnknownUser
 
 _PAGINATED = "application/jupyterhub-pagination+json"
@@ -61,23 +59,18 @@ class HubAPI:
 
     def __init__(self, api_url: str, token: str, timeout: float) -> None:
         self.api_url = api_url.rstrip("/")
-        self.token = token
-        self.timeout = timeout
+        self._client = RestClient(self.api_url, token, timeout, name=f"the hub's API at {self.api_url}")
 
     async def _get(self, path: str, accept: str = "application/json") -> Any:
-        request = HTTPRequest(f"{self.api_url}{path}", headers={"Authorization": f"token {self.token}",
-                                                                "Accept": accept},
-                              request_timeout=self.timeout)
         try:
-            response = await AsyncHTTPClient().fetch(request)
-        except HTTPClientError as e:
+            return await self._client.json("GET", path.lstrip("/"), accept=accept)
+        except RestError as e:
             if e.code == 404:
                 raise UnknownUser("no such user") from e
+            if e.code is None:
+                raise ServerUnavailable(f"the hub's API cannot be reached at {self.api_url}: {e.reason}") from e
             raise ServerUnavailable(f"the hub's API answered {e.code} to {path.split('?')[0]}: "
                                     "does the service's role grant list:users, read:servers?") from e
-        except OSError as e:
-            raise ServerUnavailable(f"the hub's API cannot be reached at {self.api_url}: {e}") from e
-        return json.loads(response.body)
 
     async def users(self) -> list[HubUser]:
         """Every user with at least one server up, page by page."""

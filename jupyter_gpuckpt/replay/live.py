@@ -41,12 +41,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urlsplit
 
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.httpclient import HTTPRequest
 from tornado.websocket import WebSocketClientConnection, websocket_connect
 
 from ..placement.kernelspec import PROVISIONER_NAME
 from ..policy.decisions import POLICY_FIELDS, Policy, quantile
 from ..policy.overrides import overridden
+from ..rest_client import RestClient, RestError
 from .costs import CostModel
 from .simulator import Setting, simulate
 from .trace import Session, Trace
@@ -128,29 +129,17 @@ class Events:
         return [t for t, _ in self.of(kind, kernel_id, **match)]
 
 
-class _Client:
+class _Client(RestClient):
     """REST and websocket calls to one server, with its token."""
 
-    def __init__(self, url: str, token: str | None) -> None:
-        self.url = url.rstrip("/") + "/"
-        self.headers = {"Authorization": f"token {token}"} if token else {}
-        self.http = AsyncHTTPClient(force_instance=True)  # its own, closed with the replay's event loop
-
     async def api(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        data = json.dumps(body or {}) if method == "POST" else None
         try:
-            response = await self.http.fetch(HTTPRequest(self.url + path, method, self.headers, data,
-                                                         request_timeout=120))
-        except HTTPClientError as e:  # the server's reason, in one line for the CLI
-            said = e.response.body.decode(errors="replace") if e.response is not None else ""
-            raise LiveReplayError(f"{method} {self.url}{path}: {e} {said}".strip()) from e
-        return json.loads(response.body) if response.body else None
-
-    def close(self) -> None:
-        self.http.close()
+            return await self.json(method, path, body=body if method == "POST" else None, timeout=120)
+        except RestError as e:  # the server's reason, in one line for the CLI
+            raise LiveReplayError(f"{method} {self.base_url}{path}: {e}") from e
 
     async def websocket(self, path: str) -> WebSocketClientConnection:
-        parts = urlsplit(self.url)
+        parts = urlsplit(self.base_url)
         scheme = "wss" if parts.scheme == "https" else "ws"
         return await websocket_connect(HTTPRequest(f"{scheme}://{parts.netloc}{parts.path}{path}",
                                                    headers=self.headers, request_timeout=120))
@@ -194,7 +183,7 @@ async def _closed(ws: WebSocketClientConnection) -> None:
 
 async def _replay(url: str, token: str | None, trace: Trace, speed: float, kernel_name: str | None,
                   state_scale: float, state_cap: int) -> list[dict[str, Any]]:
-    client = _Client(url, token)
+    client = _Client(url, token or None)
     try:
         return await _replay_with(client, trace, speed, kernel_name, state_scale, state_cap)
     finally:

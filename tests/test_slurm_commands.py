@@ -20,7 +20,7 @@ from server_fixtures import SLURM_KERNELSPECS, api, run, start_kernel
 from traitlets.config import Config
 
 from jupyter_gpuckpt.placement.slurm_commands import SlurmCommandError, SlurmCommands
-from jupyter_gpuckpt.placement.slurm_jobs import KernelTag, SlurmJob, SlurmOutputError, read_jobs, read_node_states
+from jupyter_gpuckpt.placement.slurm_jobs import KernelTag, SlurmJob, SlurmNode, SlurmOutputError, read_jobs, read_nodes
 
 SLURM = "python3-gpuckpt-slurm"
 SLEEPER = ["-o", "/dev/null", "--wrap", "sleep 600"]
@@ -35,6 +35,8 @@ def test_a_template_is_filled_word_by_word_without_a_shell() -> None:
     assert commands.argv("scancel {options} {job_id}", [], job_id="7")[-1:] == ["7"]  # no options: no word
     with pytest.raises(SlurmCommandError, match=r"template 'scancel \{jobid\}' has an unknown field: 'jobid'"):
         commands.argv("scancel {jobid}", job_id="7")
+    assert commands.programs("srun") == ["sudo"]  # what a wrapper runs is on the other side of it
+    assert SlurmCommands().programs("srun") == ["sbatch", "scancel", "sinfo", "squeue", "srun"]
 
 
 def test_slurm_json_from_2302_on_reads_as_2205s() -> None:
@@ -62,15 +64,17 @@ def test_slurm_json_from_2302_on_reads_as_2205s() -> None:
     assert read_jobs(json.dumps(old)) == read_jobs(json.dumps(new)) == expected
     assert expected[1].suspect and not expected[0].suspect
 
-    old_nodes = {"errors": [], "nodes": [{"name": "node1", "state": "mixed", "state_flags": ["NOT_RESPONDING"]},
-                                         {"name": "node2", "state": "idle", "state_flags": []}]}
+    old_nodes = {"errors": [], "nodes": [{"name": "node1", "state": "mixed", "state_flags": ["NOT_RESPONDING"],
+                                          "partitions": ["gpu", "b"]},
+                                         {"name": "node2", "state": "idle", "state_flags": [], "partitions": ["gpu"]}]}
     new_nodes = {"errors": [], "sinfo": [  # --Node: one entry per node and partition
         {"node": {"state": ["MIXED", "NOT_RESPONDING"]}, "nodes": {"nodes": ["node1"]}, "partition": {"name": "gpu"}},
         {"node": {"state": ["MIXED", "NOT_RESPONDING"]}, "nodes": {"nodes": ["node1"]}, "partition": {"name": "b"}},
         {"node": {"state": ["IDLE"]}, "nodes": {"nodes": ["node2"]}, "partition": {"name": "gpu"}}]}
-    states = {"node1": frozenset({"MIXED", "NOT_RESPONDING"}), "node2": frozenset({"IDLE"})}
-    assert read_node_states(json.dumps(old_nodes)) == read_node_states(json.dumps(new_nodes)) == states
-    assert SlurmJob("11", "RUNNING", node="node1", node_state=states["node1"]).suspect
+    nodes = {"node1": SlurmNode(frozenset({"MIXED", "NOT_RESPONDING"}), frozenset({"gpu", "b"})),
+             "node2": SlurmNode(frozenset({"IDLE"}), frozenset({"gpu"}))}
+    assert read_nodes(json.dumps(old_nodes)) == read_nodes(json.dumps(new_nodes)) == nodes
+    assert SlurmJob("11", "RUNNING", node="node1", node_state=nodes["node1"].states).suspect
 
 
 def test_output_that_is_not_slurms_json_says_what_it_is() -> None:
@@ -111,10 +115,11 @@ async def test_the_real_json_agrees_with_slurms_text_output(slurm: Any, tmp_path
     assert {seen[p].state for p in pending} == {"PENDING"} and all(seen[p].waits_for_gpus for p in pending)
     assert [job.job_id for job in await commands.own_jobs()] == sorted(seen, key=int)
 
-    nodes = await commands.node_states()
-    for line in slurm._run("sinfo", "-h", "-N", "-o", "%N %T").splitlines():
-        name, state = line.split()
-        assert state.removesuffix("*").upper() in nodes[name]
+    nodes = await commands.read_nodes()
+    for line in slurm._run("sinfo", "-h", "-N", "-o", "%N %T %P").splitlines():
+        name, state, partition = line.split()
+        assert state.removesuffix("*").upper() in nodes[name].states
+        assert partition.removesuffix("*") in nodes[name].partitions
     assert await commands.default_partition() == "gpu"
 
 

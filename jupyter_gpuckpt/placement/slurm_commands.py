@@ -21,7 +21,7 @@ from traitlets import Float, Unicode
 from traitlets.config import Configurable
 
 from ..errors import PlacementError
-from .slurm_jobs import SlurmJob, read_jobs, read_node_states
+from .slurm_jobs import SlurmJob, SlurmNode, read_jobs, read_nodes
 
 
 class SlurmCommandError(PlacementError):
@@ -64,6 +64,12 @@ class SlurmCommands(Configurable):
                 except (KeyError, IndexError, ValueError) as e:
                     raise SlurmCommandError(f"Slurm command template {template!r} has an unknown field: {e}") from None
         return words
+
+    def programs(self, *more: str) -> list[str]:
+        """The programs the templates (and the ``more`` commands, prefixed) start, to look for on the PATH."""
+        first = shlex.split(self.prefix)[:1]
+        templates = (self.submit, self.cancel, self.jobs, self.nodes, self.partitions, *more)
+        return sorted({(first or shlex.split(t)[:1])[0] for t in templates if first or t.strip()})
 
     async def run(self, argv: list[str], env: dict[str, str] | None = None) -> str:
         """Run a Slurm command; its stdout.
@@ -127,9 +133,9 @@ class SlurmCommands(Configurable):
         user = getpass.getuser()
         return [job for job in await self.read_jobs("--states=all", f"--user={user}") if job.user == user]
 
-    async def node_states(self) -> dict[str, frozenset[str]]:
-        """Node name -> its state words (``IDLE``, ``MIXED``, ``DOWN``, ``NOT_RESPONDING``, ...)."""
-        return read_node_states(await self.run(self.argv(self.nodes)))
+    async def read_nodes(self) -> dict[str, SlurmNode]:
+        """Node name -> its states (``IDLE``, ``MIXED``, ``DOWN``, ``NOT_RESPONDING``, ...) and partitions."""
+        return read_nodes(await self.run(self.argv(self.nodes)))
 
     async def default_partition(self) -> str:
         """The cluster's default partition, where a job asking for none goes ('' if none is)."""

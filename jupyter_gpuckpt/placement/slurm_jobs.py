@@ -195,9 +195,18 @@ def read_jobs(text: str) -> list[SlurmJob]:
     return [_job(entry) for entry in _document(text, "jobs", "squeue")]
 
 
-def read_node_states(text: str) -> dict[str, frozenset[str]]:
-    """Node name -> its state words, from ``sinfo --json``'s output (22.05: ``nodes``; later:
-    ``sinfo``, one entry per node with ``--Node``).
+@dataclass(frozen=True)
+class SlurmNode:
+    """A node as ``sinfo`` sees it."""
+
+    states: frozenset[str]
+    """Its base state and flags, upper case (``MIXED``, ``NOT_RESPONDING``, ...)."""
+    partitions: frozenset[str]
+
+
+def read_nodes(text: str) -> dict[str, SlurmNode]:
+    """Node name -> the node, from ``sinfo --json``'s output (22.05: ``nodes``; later:
+    ``sinfo``, one entry per node and partition with ``--Node``).
 
     Raises
     ------
@@ -206,12 +215,16 @@ def read_node_states(text: str) -> dict[str, frozenset[str]]:
     """
     document = json.loads(text) if text.strip().startswith("{") else None
     key = "sinfo" if isinstance(document, dict) and "sinfo" in document else "nodes"
-    states: dict[str, frozenset[str]] = {}
+    nodes: dict[str, SlurmNode] = {}
     for entry in _document(text, key, "sinfo"):
         if key == "nodes":
-            states[str(entry.get("name"))] = frozenset(_words(entry.get("state")) + _words(entry.get("state_flags")))
-        else:
-            words = frozenset(_words((entry.get("node") or {}).get("state")))
-            for name in (entry.get("nodes") or {}).get("nodes") or ():
-                states[str(name)] = states.get(str(name), frozenset()) | words
-    return states
+            nodes[str(entry.get("name"))] = SlurmNode(
+                frozenset(_words(entry.get("state")) + _words(entry.get("state_flags"))),
+                frozenset(str(p) for p in entry.get("partitions") or ()))
+            continue
+        states = frozenset(_words((entry.get("node") or {}).get("state")))
+        partition = str((entry.get("partition") or {}).get("name") or "")
+        for name in (entry.get("nodes") or {}).get("nodes") or ():
+            known = nodes.get(str(name), SlurmNode(frozenset(), frozenset()))
+            nodes[str(name)] = SlurmNode(known.states | states, known.partitions | ({partition} - {""}))
+    return nodes

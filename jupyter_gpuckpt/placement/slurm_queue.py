@@ -58,8 +58,8 @@ class JobQueue:
     async def _read(self, commands: SlurmCommands) -> None:
         # All of this user's jobs, not `--jobs=IDS`: squeue fails as a whole when one id is gone.
         seen = {job.job_id: job for job in await commands.own_jobs()}
-        nodes = await commands.node_states()
-        self.jobs = {i: replace(seen[i], node_state=nodes.get(seen[i].node, frozenset())) if i in seen
+        states = {name: node.states for name, node in (await commands.read_nodes()).items()}
+        self.jobs = {i: replace(seen[i], node_state=states.get(seen[i].node, frozenset())) if i in seen
                      else SlurmJob(i, "GONE") for i in sorted(self.tracked)}
         self.read_at = time.monotonic()
 

@@ -218,3 +218,66 @@ def test_progress_is_shown_on_a_terminal(server: Server, kernelspec: Path) -> No
     while server.api("GET", f"api/gpuckpt/kernels/{kernel_id}")["state"] != "running":
         assert time.monotonic() < deadline
         time.sleep(0.3)
+
+
+def _gpuckpt(base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``jupyter gpuckpt ARGS`` with Jupyter dirs under ``base`` and no server to find."""
+    return subprocess.run([JUPYTER, "gpuckpt", *args], env=jupyter_env(base), cwd=base, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_help_lists_the_subcommands_and_their_options(tmp_path: Path) -> None:
+    commands = ("list", "checkpoint", "suspend", "resume", "rebuild", "checkpoints", "install-kernelspec", "doctor",
+                "replay")
+    listed = _ok(_gpuckpt(tmp_path, "--help"))
+    assert all(f"\n{command}\n" in listed for command in commands), listed
+    bare = _gpuckpt(tmp_path)  # no command: the list, and exit 1 as `jupyter kernelspec` does
+    assert bare.returncode == 1 and all(f"\n{command}\n" in bare.stdout for command in commands)
+    suspend = _ok(_gpuckpt(tmp_path, "suspend", "--help"))
+    assert suspend.startswith("Usage: jupyter gpuckpt suspend KERNEL_ID [options]")
+    for option in ("--mode=<Enum>", "--no-wait", "--url=<Unicode>", "--token=<Unicode>", "--config=<Unicode>",
+                   "[--SuspendKernel.mode]"):
+        assert option in suspend, option
+    assert "--sbatch-arg=<list-item-1>..." in _ok(_gpuckpt(tmp_path, "install-kernelspec", "--help"))
+
+
+def test_argument_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    for args, message in ((("list", "--jsno"), "jupyter gpuckpt list: unrecognized option --jsno"),
+                          (("list", "--jsno=1"), "jupyter gpuckpt list: unrecognized option --jsno"),
+                          (("bogus",), "jupyter gpuckpt: unknown command 'bogus'; one of: list, checkpoint, "),
+                          (("suspend",), "jupyter gpuckpt suspend: the following arguments are required: KERNEL_ID"),
+                          (("resume", "a", "b"), "jupyter gpuckpt resume: unrecognized arguments: b"),
+                          (("suspend", "a", "--mode=stop"), "jupyter gpuckpt suspend: The 'mode' trait of a "),
+                          (("replay", "--config", str(tmp_path / "none.py")),
+                           f"jupyter gpuckpt replay: --config: {tmp_path / 'none.py'} is not a file")):
+        result = _gpuckpt(tmp_path, *args)
+        assert result.returncode == 2 and result.stderr.startswith(message), (args, result.stderr)
+        assert len(result.stderr.splitlines()) == 1 and not result.stdout, (args, result.stderr)
+
+
+def test_replay_keeps_the_config_it_was_given(tmp_path: Path) -> None:
+    config = tmp_path / "policy.py"
+    config.write_text("c.GPUCheckpointApp.idle_timeout = 600\nc.GPUCheckpointApp.rhythm = True\n")
+    shown = json.loads(_ok(_gpuckpt(tmp_path, "replay", f"--config={config}", "--show-config-json")))
+    assert shown["GPUCheckpointApp"] == {"idle_timeout": 600, "rhythm": True}
+
+
+def test_doctor_checks_the_store_the_jupyter_config_names(server: Server, tmp_path: Path) -> None:
+    """The config's store wins over the found server's (which still answers)."""
+    (tmp_path / "config").mkdir()
+    env = {**server.env, "JUPYTER_CONFIG_DIR": str(tmp_path / "config")}
+    in_config_dir = tmp_path / "from-config-dir"
+    (tmp_path / "config" / "jupyter_server_config.json").write_text(
+        json.dumps({"GPUCheckpointApp": {"store_root": str(in_config_dir)}}))
+    named = tmp_path / "named"
+    (named.with_suffix(".py")).write_text(f"c.GPUCheckpointApp.store_root = {str(named)!r}\n")
+
+    def store_line(*args: str) -> str:
+        lines = server.cli("doctor", *args, env=env).stdout.splitlines()
+        assert any(line.startswith(f"OK    server       {server.url} runs the extension") for line in lines)
+        return next(line for line in lines if line.split()[1] == "store")
+
+    assert store_line().startswith(f"OK    store        {in_config_dir} (the first checkpoint creates it): ")
+    assert store_line(f"--config={named}.py").startswith(f"OK    store        {named} (the first")
+    elsewhere = tmp_path / "on-the-command-line"
+    assert store_line(f"--GPUCheckpointApp.store_root={elsewhere}").startswith(f"OK    store        {elsewhere} (")

@@ -300,7 +300,7 @@ def test_doctor_checks_that_every_node_sees_the_store(tmp_path: Path, slurm: Any
     doctor = subprocess.run([JUPYTER, "gpuckpt", "doctor"], env=env, capture_output=True, text=True, timeout=240)
     lines = doctor.stdout.splitlines()
     store = tmp_path / "data" / "gpuckpt" / "store"
-    assert f"OK    shared store partition gpu: 2 of 2 node(s) see the store {store}" in lines, doctor.stdout
+    assert f"OK    shared store partition gpu: 2 of 2 node(s) see the store {store}" in lines, doctor.stdout + doctor.stderr
     assert f"OK    shared store partition far: 1 of 1 node(s) see the store {store}" in lines, doctor.stdout
     assert any(line.startswith("FAIL  slurm        partition 'nosuchpartition'") for line in lines), doctor.stdout
     assert doctor.returncode == 1

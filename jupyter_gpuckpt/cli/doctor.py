@@ -2,7 +2,9 @@
 
 Each check prints one line, ``OK``, ``WARN`` or ``FAIL`` with a short reason, and any
 ``FAIL`` makes the exit code 1. It works without a running server; when one is found (as
-the other commands find it) it is asked too, and its configured store is the one checked.
+the other commands find it) it is asked too. The store checked is the one the Jupyter config
+names (``c.GPUCheckpointApp.store_root``, loaded as the server loads it), else the found
+server's, else the default.
 A machine without NVIDIA GPUs is a warning, not a failure: kernels still checkpoint on CPU.
 With Slurm kernelspecs it also checks that every node of their partitions sees the store.
 """
@@ -15,14 +17,15 @@ import secrets
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal
 
 from jupyter_client.kernelspec import KernelSpecManager
-from jupyter_core.paths import jupyter_config_path
 from jupyter_server.extension.config import ExtensionConfigManager
+from traitlets.config import Config
 
 from gpuckpt_store import (
     CheckpointError,
@@ -35,13 +38,18 @@ from gpuckpt_store import (
     writable_problem,
 )
 
+from ..errors import PlacementError
 from ..placement import parking
 from ..placement.gpus import read_inventory
 from ..placement.kernelspec import PROVISIONER_NAME
+from ..placement.slurm_commands import SlurmCommands
+from ..placement.slurm_jobs import SlurmNode
 from ..staging import host_memory
 from .client import CLIError, GPUCheckpointClient, find_server
 
 EXTENSION = "jupyter_gpuckpt"
+SECTION = "GPUCheckpointApp"
+"""The extension's config section (``c.GPUCheckpointApp``)."""
 MIN_FREE_BYTES = 1 << 30
 """Less free space than this in the store is a warning."""
 CUDA_CHECKPOINT_DRIVER = 570
@@ -144,16 +152,22 @@ def _slurm(*argv: str) -> subprocess.CompletedProcess[str]:
                                                         f"{SLURM_CHECK_SECONDS + 30} s (is slurmctld up?)")
 
 
-def check_slurm(root: Path) -> list[Check]:
-    """For Slurm kernelspecs: Slurm's commands, their partitions, and whether every node of
-    each partition sees the store (a job on each node reads a file written here)."""
+def check_slurm(root: Path, config: Config) -> list[Check]:
+    """For Slurm kernelspecs: Slurm's commands (as ``c.SlurmCommands`` writes them), their
+    partitions, and whether every node of each partition sees the store (a job step on each
+    node reads a file written here)."""
     partitions = _slurm_partitions()
     if not partitions:
         return []
-    missing = [c for c in ("sbatch", "squeue", "scancel", "srun", "sinfo") if shutil.which(c) is None]
+    commands = SlurmCommands(config=config)
+    missing = [program for program in commands.programs("srun") if shutil.which(program) is None]
     if missing:
         return [Check("FAIL", "slurm", f"{', '.join(missing)} not on the PATH: install Slurm's client "
                                        "commands (slurm-client) and set SLURM_CONF")]
+    try:
+        nodes, default = asyncio.run(_nodes_and_default(commands))
+    except PlacementError as e:
+        return [Check("FAIL", "slurm", str(e))]
     checks = []
     try:
         store = CheckpointStore(root)
@@ -164,17 +178,17 @@ def check_slurm(root: Path) -> list[Check]:
         return [Check("FAIL", "slurm", f"cannot write a test file in the store: {e}")]
     try:
         for partition in sorted(partitions):
-            nodes = _slurm("sinfo", "-h", "-N", "-o", "%N", *(["-p", partition] if partition else []))
-            names = sorted(set(nodes.stdout.split()))
-            if nodes.returncode or not names:
-                why = (nodes.stderr.strip().splitlines() or ["no such partition, or no nodes"])[-1]
-                checks.append(Check("FAIL", "slurm", f"partition {partition!r}: {why}"))
+            names = sorted(name for name, node in nodes.items() if (partition or default) in node.partitions)
+            if not names:
+                checks.append(Check("FAIL", "slurm", f"partition {partition or '(default)'!r}: no such partition, "
+                                                     "or no nodes"))
                 continue
             blind: list[str] = []
             busy: list[str] = []
             for node in names:
-                seen = _slurm("srun", *(["-p", partition] if partition else []), "-w", node, "-N1", "-n1",
-                              f"--immediate={SLURM_CHECK_SECONDS}", "cat", str(marker))
+                seen = _slurm(*commands.argv("srun {options}", [*(["-p", partition] if partition else []), "-w", node,
+                                                                 "-N1", "-n1", f"--immediate={SLURM_CHECK_SECONDS}",
+                                                                 "cat", str(marker)]))
                 if seen.returncode == 0 and seen.stdout.strip() == token:
                     continue
                 (busy if "Unable to allocate" in seen.stderr or "immediate" in seen.stderr else blind).append(node)
@@ -191,10 +205,16 @@ def check_slurm(root: Path) -> list[Check]:
     return checks
 
 
-def check_extension() -> Check:
-    # The same merge of every config dir that ServerApp makes (user dir first).
-    config = ExtensionConfigManager(read_config_path=jupyter_config_path())
-    enabled: dict[str, bool] = config.get_jpserver_extensions()  # type: ignore[no-untyped-call]
+async def _nodes_and_default(commands: SlurmCommands) -> tuple[dict[str, SlurmNode], str]:
+    return await commands.read_nodes(), await commands.default_partition()
+
+
+def check_extension(config: Config, config_paths: Sequence[str]) -> Check:
+    """Whether the server enables the extension, as ``ServerApp.find_server_extensions`` decides:
+    its config's ``jpserver_extensions`` over the ``jupyter_server_config.d`` files of ``config_paths``."""
+    found: dict[str, bool] = ExtensionConfigManager(  # type: ignore[no-untyped-call]
+        read_config_path=list(config_paths)).get_jpserver_extensions()
+    enabled = {**found, **config.get("ServerApp", {}).get("jpserver_extensions", {})}
     if enabled.get(EXTENSION):
         return Check("OK", "extension", f"{EXTENSION} is enabled in the Jupyter config")
     return Check("FAIL", "extension", f"{EXTENSION} is {'disabled' if EXTENSION in enabled else 'not enabled'}; "
@@ -283,18 +303,21 @@ def check_key(path: Path) -> Check:
     return Check("OK", "signing key", f"{path} (mode {path.stat().st_mode & 0o777:04o})")
 
 
-def run_checks(url: str | None = None, token: str | None = None) -> list[Check]:
-    """Every check, in the order they are printed."""
+def run_checks(config: Config, config_paths: Sequence[str], url: str | None = None,
+               token: str | None = None) -> list[Check]:
+    """Every check, in the order they are printed. ``config`` is the merged Jupyter config (loaded
+    from ``config_paths``); its ``GPUCheckpointApp`` settings win over the found server's."""
     server_checks, policy = check_server(url, token)
-    root = Path(policy["store_root"]) if policy and policy.get("store_root") else default_root()
-    return [check_nvml(), check_gpus(), check_provisioner(), *check_kernelspecs(), check_extension(),
-            *server_checks, *check_store(root), check_host_memory(policy), check_park(), *check_slurm(root),
-            check_key(default_key_path())]
+    settings = {**(policy or {}), **config.get(SECTION, {})}
+    root = Path(settings["store_root"]) if settings.get("store_root") else default_root()
+    return [check_nvml(), check_gpus(), check_provisioner(), *check_kernelspecs(),
+            check_extension(config, config_paths), *server_checks, *check_store(root), check_host_memory(settings),
+            check_park(), *check_slurm(root, config), check_key(default_key_path())]
 
 
-def main(url: str | None = None, token: str | None = None) -> int:
+def main(config: Config, config_paths: Sequence[str], url: str | None = None, token: str | None = None) -> int:
     """Print the checks; 1 if any failed, else 0."""
-    checks = run_checks(url, token)
+    checks = run_checks(config, config_paths, url, token)
     for check in checks:
         print(check.line())
     return 1 if any(check.status == "FAIL" for check in checks) else 0

@@ -23,7 +23,7 @@ from server_fixtures import SLURM_KERNELSPECS, api, run, start_kernel
 from traitlets.config import Config
 
 from jupyter_gpuckpt.kernels.ledger import Ledger
-from jupyter_gpuckpt.placement import GPUCheckpointProvisioner, slurm_jobs, slurm_queue
+from jupyter_gpuckpt.placement import GPUCheckpointProvisioner, ServerContext, slurm_jobs, slurm_queue
 from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 from jupyter_gpuckpt.placement.slurm import SlurmPlacement
 
@@ -134,7 +134,7 @@ async def test_group_gpus_counts_the_tags_of_running_kernel_jobs(slurm: Any, tmp
 
 async def test_a_restarted_server_cancels_the_kernel_jobs_it_lost_track_of(
         slurm: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(GPUCheckpointProvisioner, "store_root", tmp_path)
+    monkeypatch.setattr(GPUCheckpointProvisioner, "context", ServerContext(store_root=tmp_path))
     lost, kept, stale, launched, elsewhere = (str(uuid.uuid4()) for _ in range(5))
     jobs = {
         "lost": await running(slurm, ["-p", "gpu", "-w", "node1", "--gres=gpu:1", tag("g", lost, tmp_path)]),
@@ -169,7 +169,7 @@ async def test_a_starting_server_cancels_no_job_of_another_running_server(
     """Jobs that no ledger knows yet, tagged with their server: another running server's
     (just submitted: its ledger write comes after sbatch) is left alone; this server's, a
     stopped server's and an older server's (a tag without one) are cancelled."""
-    monkeypatch.setattr(GPUCheckpointProvisioner, "store_root", tmp_path)
+    monkeypatch.setattr(GPUCheckpointProvisioner, "context", ServerContext(store_root=tmp_path))
     log = logging.getLogger("test_slurm_reclaim")
     me, other, gone = (Ledger(tmp_path / "ledger.json", lambda n=name: n, log) for name in ("lab-a", "lab-b", "lab-c"))
     for ledger in (me, other, gone):

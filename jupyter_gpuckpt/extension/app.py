@@ -21,7 +21,7 @@ from .. import events, metrics
 from ..kernels import activity
 from ..kernels.ledger import Ledger, default_server_id
 from ..kernels.settings import Settings
-from ..placement import GPUCheckpointProvisioner
+from ..placement import GPUCheckpointProvisioner, ServerContext
 from ..placement.gpus import GPUPool
 from ..policy import decisions as policy
 from ..policy import overrides as policy_overrides
@@ -203,7 +203,6 @@ class GPUCheckpointApp(ExtensionApp):
         self._use_suspend_aware_websockets()
         GPUPool.clear_instance()  # this server's inventory, read now
         GPUPool.instance(parent=self)
-        GPUCheckpointProvisioner.store_root = Path(self.store_root)
         self.tasks = BackgroundTasks(self.log)
         self.metrics = metrics.track(self)
         self.emit = EventBridge(self.serverapp, self.metrics, self.log)
@@ -216,8 +215,10 @@ class GPUCheckpointApp(ExtensionApp):
         self.parts = wiring.build(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
                                   self._ledger(), host_memory, self.emit, self.tasks)
         self.parts.relocation.on_moved.append(SuspendAwareConnection.kernel_moved)
-        GPUCheckpointProvisioner.group = self.user_groups.get(user_name()) or unix_group()
-        GPUCheckpointProvisioner.member_of = frozenset({GPUCheckpointProvisioner.group, *unix_groups()})
+        group = self.user_groups.get(user_name()) or unix_group()
+        ledger = self.parts.registry.records.ledger
+        GPUCheckpointProvisioner.serve(ServerContext(Path(self.store_root), group, frozenset({group, *unix_groups()}),
+                                                     lambda: ledger.key))
         self.reclaimer = Reclaimer(self.parts.registry, self.parts.operations, self.policy_for, self.group_floors,
                                    self.group_of, self.emit, self.log)
         self.policy_loop = PolicyLoop(self.reclaimer, self.parts.registry, self.parts.operations, host_memory,
@@ -336,7 +337,7 @@ class GPUCheckpointApp(ExtensionApp):
         km = self.parts.registry.km(kernel_id)
         metadata = km.kernel_spec.metadata if km.kernel_spec else {}
         effective, refused = policy_overrides.overridden(self.base_policy(), metadata, self.user_overridable,
-                                                         GPUCheckpointProvisioner.member_of)
+                                                         GPUCheckpointProvisioner.context.member_of)
         for setting, reason in refused.items():
             seen = (km.kernel_name, setting, reason)
             if seen not in self._refusals_logged:
@@ -364,14 +365,14 @@ class GPUCheckpointApp(ExtensionApp):
                 metadata.setdefault(km.kernel_name, km.kernel_spec.metadata)
         base = self.base_policy()
         refusals = {name: policy_overrides.overridden(base, meta, self.user_overridable,
-                                                      GPUCheckpointProvisioner.member_of)[1]
+                                                      GPUCheckpointProvisioner.context.member_of)[1]
                     for name, meta in metadata.items()}
         return {name: refused for name, refused in sorted(refusals.items()) if refused}
 
     def group_of(self, kernel_id: str) -> str:
         """The kernel's group for the floors (see ``GPUCheckpointProvisioner.kernel_group``)."""
         provisioner = self.parts.registry.provisioner(kernel_id)
-        return provisioner.kernel_group() if provisioner else GPUCheckpointProvisioner.group
+        return provisioner.kernel_group() if provisioner else GPUCheckpointProvisioner.context.group
 
     async def policy_model(self) -> dict[str, Any]:
         """The policy as ``GET /api/gpuckpt/policy`` answers it; whether the store can be written
@@ -379,7 +380,7 @@ class GPUCheckpointApp(ExtensionApp):
         store_problem = await asyncio.to_thread(writable_problem, Path(self.store_root))
         return {**self.base_policy().__dict__, "user_overridable": list(self.user_overridable),
                 "refused_overrides": await self.refused_overrides(), "group_floors": dict(self.group_floors),
-                "group": GPUCheckpointProvisioner.group, "exempt_kernels": list(self.exempt_kernels),
+                "group": GPUCheckpointProvisioner.context.group, "exempt_kernels": list(self.exempt_kernels),
                 "exempt_kernelspecs": list(self.exempt_kernelspecs), "policy_interval": self.policy_interval,
                 "store_root": self.store_root, "rebuild_skipped": self.rebuild_skipped,
                 "host_memory_limit": self.host_memory_limit, "staging_root": self.staging_root,

@@ -15,7 +15,6 @@ from typing import Any
 from ..kernels import activity
 from ..kernels.lifecycle import State
 from ..kernels.registry import KernelRegistry
-from ..placement import GPUCheckpointProvisioner
 from ..placement.contract import ADOPT, START_SUSPENDED, placement_classes
 from ..staging.host_memory import HostMemory
 from ..staging.write_behind import WriteBehind
@@ -113,7 +112,6 @@ class Restarts:
         kernels are written to the store (:meth:`.WriteBehind.resume_pending`)."""
         mine, every = await self.registry.records.claim()
         others = await self.registry.records.live_servers()
-        GPUCheckpointProvisioner.server_key = self.registry.records.ledger.key
         runs = {kernel_id: entry.get("placement_info") for kernel_id, entry in every.items()}
         for placement in placement_classes():
             try:

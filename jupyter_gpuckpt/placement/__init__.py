@@ -9,6 +9,6 @@ Placements are plug-ins: entry points in the ``jupyter_gpuckpt.placements`` grou
 """
 
 from ..errors import PlacementError
-from .contract import Departure, GPUCheckpointProvisioner, GPUNeeds, Location
+from .contract import Departure, GPUCheckpointProvisioner, GPUNeeds, Location, ServerContext
 
-__all__ = ["Departure", "GPUCheckpointProvisioner", "GPUNeeds", "Location", "PlacementError"]
+__all__ = ["Departure", "GPUCheckpointProvisioner", "GPUNeeds", "Location", "PlacementError", "ServerContext"]

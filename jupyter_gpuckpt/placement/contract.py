@@ -10,7 +10,7 @@ and why its last run ended. jupyter_client instantiates it from the kernelspec's
 from __future__ import annotations
 
 import abc
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -59,6 +59,32 @@ class Departure:
     """The cell that was running and was interrupted to take that checkpoint."""
     error: str | None = None
     """Why the kernel's own checkpoint failed, if it did."""
+
+
+def _no_identity() -> str | None:
+    return None
+
+
+@dataclass(frozen=True)
+class ServerContext:
+    """What provisioners need of the server that runs them. jupyter_client builds a provisioner
+    from a kernelspec with only its kernel manager as parent, and has no hook to give it more;
+    so the extension hands this one object to the contract as it starts
+    (:meth:`GPUCheckpointProvisioner.serve`), instead of setting attributes here and there."""
+
+    store_root: Path | None = None
+    """The server's checkpoint store: where a kernel that checkpoints itself (told to end by
+    its placement) writes."""
+    group: str = ""
+    """The group the server's user counts in for the policy's floors (a Slurm kernel's job
+    carries it, so every server can read what a group holds)."""
+    member_of: frozenset[str] = frozenset()
+    """Every group the server's user is in (``group`` and their Unix groups): the groups a
+    kernelspec may name, so that no user counts in another group's floor."""
+    identity: Callable[[], str | None] = _no_identity
+    """The key of the server's identity (:func:`~jupyter_gpuckpt.kernels.ledger.server_key`)
+    once it holds it (None before): a Slurm kernel's job carries it, so that only its server
+    (or the next one, once it is gone) ends it untracked."""
 
 
 @dataclass
@@ -139,19 +165,14 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     """Whether every run of the kernel is on the server's host, so a suspend can stage its
     state in host memory (written to the store by the server afterwards) and a resume can
     read it back from there."""
-    group: ClassVar[str] = ""
-    """The group the server's user counts in for the policy's floors, set by the extension as
-    it starts (a Slurm kernel's job carries it, so every server can read what a group holds)."""
-    member_of: ClassVar[frozenset[str]] = frozenset()
-    """Every group the server's user is in (:attr:`group` and their Unix groups): the groups a
-    kernelspec may name, so that no user counts in another group's floor."""
-    store_root: ClassVar[Path | None] = None
-    """The server's checkpoint store, set by the extension as it starts: where a kernel that
-    checkpoints itself (told to end by its placement) writes."""
-    server_key: ClassVar[str | None] = None
-    """The key of the server's identity (:func:`~jupyter_gpuckpt.kernels.ledger.server_key`), set once
-    the server holds it, as it registers the ledger's kernels again: a Slurm kernel's job
-    carries it, so that only its server (or the next one, once it is gone) ends it untracked."""
+    context: ClassVar[ServerContext] = ServerContext()
+    """The server that runs the kernels (see :class:`ServerContext`), handed over by :meth:`serve`."""
+
+    @classmethod
+    def serve(cls, context: ServerContext) -> None:
+        """Hand every provisioner, of every placement, the server's context (the extension does,
+        once, as it starts)."""
+        GPUCheckpointProvisioner.context = context
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         chosen = placement_class(str(kwargs.get("placement") or "local")) if cls is GPUCheckpointProvisioner else cls
@@ -225,11 +246,11 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
 
     def kernel_group(self) -> str:
         """The kernel's group for the policy's floors: its kernelspec's ``metadata.gpuckpt.group``
-        where the user is in that group (:attr:`member_of`), else the user's (:attr:`group`)."""
+        where the user is in that group (``context.member_of``), else the user's (``context.group``)."""
         spec = getattr(self.parent, "kernel_spec", None)
         asked = (spec.metadata if spec else {}).get("gpuckpt") or {}
         chosen = asked.get("group") if isinstance(asked, dict) else None
-        return str(chosen) if chosen and str(chosen) in self.member_of else self.group
+        return str(chosen) if chosen and str(chosen) in self.context.member_of else self.context.group
 
     @property
     @abc.abstractmethod
@@ -262,7 +283,7 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
             Kernel id -> the :meth:`ledger_info` the ledger keeps for it (None: none), for
             every kernel in the ledger.
         others
-            The :attr:`server_key` of every other server that runs now: their runs are theirs,
+            The ``context.identity()`` of every other server that runs now: their runs are theirs,
             even one their ledger entries do not show yet (just submitted).
         config
             The server's config, for the placement's own settings (as jupyter_client gives

@@ -111,7 +111,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
 
     @property
     def _store(self) -> Path:
-        return self.store_root or default_root()
+        return self.context.store_root or default_root()
 
     @property
     def files(self) -> JobFiles:
@@ -187,7 +187,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         commands = SlurmCommands(config=config)
         if shutil.which(commands.argv(commands.jobs)[0]) is None:  # no Slurm here: no job of ours either
             return []
-        store = store_key(cls.store_root or default_root())
+        store = store_key(cls.context.store_root or default_root())
         ours = JobQueue.instance().kernels
         cancelled = []
         for job in await commands.own_jobs():
@@ -280,7 +280,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             args.append(f"--time={self.time}")
         if self._cwd:
             args.append(f"--chdir={self._cwd}")
-        tag = KernelTag.of(self.kernel_group(), self.kernel_id, self._store, self.server_key)
+        tag = KernelTag.of(self.kernel_group(), self.kernel_id, self._store, self.context.identity())
         return [*args, *self.sbatch_args, f"--comment={tag}"]
 
     def _gpu_constraint(self, needs: GPUNeeds) -> tuple[str, str]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import WrongState
-from .record_parts import CheckpointRef, NotebookSession, WriteBehindStatus
+from .record_parts import CheckpointRef, NotebookSession, PolicyNote, WriteBehindStatus
 
 
 class State(str, enum.Enum):
@@ -68,24 +68,28 @@ class KernelRecord:
     suspended_at: float | None = None
     parked_at: float | None = None
     kernel_info: dict[str, Any] | None = None
+    """The kernel's last ``kernel_info_reply`` content, answered for it while it is away: a
+    message of Jupyter's protocol, kept and sent as it came (so a dict, not a type of ours)."""
     session: NotebookSession | None = None
     """The notebook's session, to attach it again after a server restart."""
     last_activity: float | None = None
     """The user's last activity when the kernel was suspended (seconds since the epoch)."""
     progress: float | None = None
     report: dict[str, Any] | None = None
-    """The last restore's report (``RestoreReport.to_json``), and any rebuild since."""
+    """The last restore's report as the kernel side wrote it (``RestoreReport.to_json``), with
+    where it came from and any rebuild since: shown as it is in the kernel's model."""
     pending_report: str | None = None
     """A report the notebook has not been shown yet: shown on the next cell it runs."""
     placement_info: dict[str, Any] | None = None
-    """Where a kernel that outlives the server runs (its Slurm job), for the ledger."""
+    """Where a kernel that outlives the server runs (its Slurm job), for the ledger: what its
+    placement's ``ledger_info()`` gives, which only that placement reads back (a plug-in's own)."""
     durable_checkpoint: str | None = None
     """The newest checkpoint in the store: what the kernel falls back to if a staged one is
     lost before its write-behind ends."""
     write_behind: WriteBehindStatus | None = None
     """The durable write of a staged checkpoint under way: bytes, or the last error."""
-    decision: dict[str, Any] | None = None
-    """The policy's last decision for the kernel and why (``policy.Decision.to_json``)."""
+    decision: PolicyNote | None = None
+    """The policy's last decision for the kernel and why."""
     warned_at: float | None = None
     """When the user was last warned that the policy will suspend the kernel."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -132,7 +136,7 @@ class KernelRecord:
             "notice": self.notice,
             "report": self.report,
             "write_behind": self.write_behind.to_json() if self.write_behind else None,
-            "policy": self.decision,
+            "policy": self.decision.to_json() if self.decision else None,
             "suspended_for": None if self.suspended_at is None else time.time() - self.suspended_at,
             "parked_for": None if self.parked_at is None else time.time() - self.parked_at,
         }

@@ -191,3 +191,19 @@ class NotebookSession:
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "name": self.name, "type": self.type}
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyNote:
+    """The policy's last decision for a kernel and why, as the kernel's model shows it."""
+
+    action: str | None
+    """"suspend", "warn", "checkpoint", "convert", or None (kept as it is)."""
+    reason: str = ""
+    due_in: float | None = None
+    """Seconds until a warned suspend falls due."""
+    for_demand: bool = False
+    """The suspend serves a waiting GPU request (else: idle limit reached)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)

@@ -30,8 +30,8 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from ..kernels.record_parts import PolicyNote
 from ..placement.demand import Demand
 
 RECLAIM_MODES = ("idle", "on_demand", "both")
@@ -131,8 +131,10 @@ class Decision:
     for_demand: bool = False
     """The suspend serves a waiting GPU request (else: idle limit reached)."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"action": self.action, "reason": self.reason, "due_in": self.due_in, "for_demand": self.for_demand}
+    @property
+    def note(self) -> PolicyNote:
+        """What the kernel's record keeps of it."""
+        return PolicyNote(self.action, self.reason, self.due_in, self.for_demand)
 
 
 @dataclass

@@ -198,9 +198,9 @@ class Reclaimer:
         if record is None:
             return
         if decision.action is None and record.state in AWAY and \
-                (record.decision or {}).get("action") in ("suspend", "convert"):
+                record.decision is not None and record.decision.action in ("suspend", "convert"):
             return  # the model keeps why the policy suspended it, until it runs again
-        record.decision = decision.to_json()
+        record.decision = decision.note
         try:
             if decision.action == "warn":
                 record.warned_at = now
@@ -230,7 +230,7 @@ class Reclaimer:
         activity.touch(self.registry.km(kernel_id))
         record.warned_at = None
         reason = "the user chose Keep running"
-        record.decision = policy.Decision(kernel_id, None, f"kept: {reason}").to_json()
+        record.decision = policy.Decision(kernel_id, None, f"kept: {reason}").note
         self.emit("policy", {"kernel_id": kernel_id, "action": "kept", "reason": reason, "due_in": None,
                              "for_demand": False})
         return await self.registry.model(kernel_id)

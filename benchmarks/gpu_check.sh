@@ -9,8 +9,8 @@ mkdir -p "$OUT"
 GIB=${1:-40}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$OUT/gpu.txt"
 python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)" | tee -a "$OUT/gpu.txt"
-timeout 150 python -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py tests/test_gpu_park.py \
-    tests/test_gpu_release.py tests/test_replay_live.py 2>&1 | tail -25 | tee "$OUT/gpu-tests.txt"
+timeout 150 python -m pytest -m gpu -q -p no:cacheprovider tests/kernel_hooks/test_gpu.py tests/placement/test_gpu_park.py \
+    tests/placement/test_gpu_release.py tests/replay/test_replay_live.py 2>&1 | tail -25 | tee "$OUT/gpu-tests.txt"
 timeout 80 python benchmarks/bench_park.py --gib "$GIB" --runs 3 2>&1 | tee "$OUT/bench-park.txt"
 # staged against direct through a real server: 5 GB, two runs each, to stay within one call
 timeout 90 python benchmarks/bench_suspend.py --device cuda --gb 5 --runs 2 \

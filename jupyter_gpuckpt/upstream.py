@@ -1,5 +1,5 @@
 """The private members of jupyter_server and jupyter_client this project relies on, in one
-place, each with the reason no public hook serves. ``tests/test_upstream_private.py`` fails
+place, each with the reason no public hook serves. ``tests/extension/test_upstream_private.py`` fails
 when an upstream release changes one of them (or a method the websocket mirrors), so that
 it is looked at before it breaks a suspend.
 

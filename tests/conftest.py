@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kernels import Kernel, KernelFactory
+from kernel_processes import Kernel, KernelFactory
 from server_fixtures import FAST_KERNEL_NAME, KERNEL_NAME, SLURM_KERNELSPECS
 from traitlets.config import Config
 

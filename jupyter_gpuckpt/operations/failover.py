@@ -12,6 +12,7 @@ from ..errors import OperationFailed
 from ..kernels.lifecycle import KernelRecord, State
 from ..kernels.record_parts import CheckpointRef
 from ..placement import Departure
+from ..waiting import until
 from .runner import OperationRunner
 
 
@@ -124,14 +125,21 @@ class Failover(OperationRunner):
         the connection info of the new one (its host and ports may be new)."""
         km = self.registry.km(kernel_id)
         provisioner = self.registry.provisioner(kernel_id)
-        deadline = time.monotonic() + self.registry.settings.ready_timeout
-        while not (provisioner is not None and provisioner.run_id not in (None, dead_run) and km.ready.done()
-                   and await km.is_alive()):
+        timeout = self.registry.settings.ready_timeout
+        deadline = time.monotonic() + timeout
+
+        async def started() -> bool:
+            nonlocal deadline
+            if provisioner is not None and provisioner.run_id not in (None, dead_run) and km.ready.done() \
+                    and await km.is_alive():
+                return True
             if provisioner is not None and provisioner.start_error:
                 raise OperationFailed(provisioner.start_error)
             if provisioner is not None and provisioner.waiting:
                 # queued in its placement (which bounds that wait itself): the clock starts after
-                deadline = time.monotonic() + self.registry.settings.ready_timeout
+                deadline = time.monotonic() + timeout
             if time.monotonic() > deadline:
                 raise OperationFailed("jupyter_client did not start the kernel again")
-            await asyncio.sleep(0.2)
+            return False
+
+        await until(started, None, 0.2)

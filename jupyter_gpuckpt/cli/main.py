@@ -447,8 +447,11 @@ class Replay(Command):
     """``self.config`` keeps what ``--config=FILE`` loaded, such as ``c.GPUCheckpointApp`` policy settings."""
 
     name = "jupyter gpuckpt replay"
-    description = ("Replay a trace of notebook sessions (TRACE: NotebookOS JSON, or CSV) through the policy on a "
-                   "simulated clock and cluster, one row per policy setting.")
+    description = ("Replay a trace of notebook sessions through the policy on a simulated clock and cluster, one "
+                   "row per policy setting. TRACE: a NotebookOS workload template (.json, in NotebookOS's units: "
+                   "ticks of --tick-seconds; memory (mem_usage_mb, memory) in MB; VRAM (vram_usage_gb, vram) "
+                   "in GB; GPUs from num_gpus, gpus or gpu_utilizations) or a CSV (.csv: times in seconds, "
+                   "vram_gb and memory_gb in GB).")
     examples = """
 jupyter gpuckpt replay --generate 2000                        # a seeded synthetic week, replayed
 jupyter gpuckpt replay --generate 2000 --out week.csv         # ... or written (.csv or .json)
@@ -457,7 +460,7 @@ jupyter gpuckpt replay workload.json --live http://localhost:8888/ --speed 60
 """
     arguments = ("[TRACE]",)
 
-    tick_seconds = Float(60.0, config=True, help="Seconds per NotebookOS tick.")
+    tick_seconds = Float(60.0, config=True, help="Seconds per NotebookOS tick (a template's times are in ticks).")
     gpus = Int(None, allow_none=True, min=0, config=True,
                help="GPUs in the cluster. Default: 75% of the most the trace's sessions hold at once.")
     floor = Dict(key_trait=Unicode(), value_trait=Int(min=0), config=True,

@@ -1,9 +1,14 @@
 """Reading and writing traces: the NotebookOS workload-template JSON and a plain CSV.
 
-NotebookOS JSON (``.json``): ``{"sessions": [...]}`` (or the list alone); each session has an
-``id`` (or ``session_id``), ``start_tick``, ``stop_tick``, optional ``user`` and ``group``, and
-``trainings``, each with ``start_tick``, ``duration_in_ticks``, ``gpus``, ``vram`` and ``memory``
-(GB). A tick lasts ``tick_seconds`` (``--tick-seconds``; NotebookOS's templates use 60).
+NotebookOS workload templates (``.json``), read with NotebookOS's own units: ``{"sessions":
+[...]}`` (or the list alone); each session has an ``id``, ``start_tick``, ``stop_tick``, optional
+``user``, ``group`` and ``resource_request``, and ``trainings``, each with ``start_tick`` and
+``duration_in_ticks``. A training's resources are in either of NotebookOS's two shapes: its
+``TrainingEvent`` (``num_gpus`` or the length of ``gpu_utilizations``; ``vram_usage_gb`` or
+``vram`` in **GB**; ``mem_usage_mb`` in **MB**) or its resource spec (``Float64Spec``: ``gpus``;
+``vram`` in **GB**; ``memory`` in **MB**); what a training lacks comes from its session's
+``resource_request`` (a spec). A tick lasts ``tick_seconds`` (``--tick-seconds``; NotebookOS's
+templates use 60).
 
 CSV (``.csv``), one row per cell, times in seconds from the trace's start, sizes in GB:
 
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,8 +53,30 @@ def write_trace(trace: Trace, path: str | Path, tick_seconds: float = 60.0) -> N
         write_csv(trace, path)
 
 
+MB = 1 << 20
+"""NotebookOS's megabyte (its specs' ``MemoryMb``), taken as 2**20 bytes, as its GB is taken as
+:data:`~.trace.GB` (2**30)."""
+
+
 def _gb(value: Any) -> int:
     return int(float(value or 0) * GB)
+
+
+def _first(*choices: tuple[Mapping[str, Any], str]) -> Any:
+    """The first of ``(mapping, key)`` whose key is there (a 0 counts)."""
+    return next((m[k] for m, k in choices if m.get(k) is not None), None)
+
+
+def _training(t: Mapping[str, Any], request: Mapping[str, Any], tick_seconds: float) -> Cell:
+    """A NotebookOS training as a cell, in bytes: memory given in MB, VRAM in GB."""
+    gpus = _first((t, "num_gpus"), (t, "gpus"))
+    if gpus is None and isinstance(t.get("gpu_utilizations"), list):
+        gpus = len(t["gpu_utilizations"])
+    gpus = _first((request, "gpus")) if gpus is None else gpus
+    vram_gb = _first((t, "vram_usage_gb"), (t, "vram"), (request, "vram"))
+    memory_mb = _first((t, "mem_usage_mb"), (t, "memory"), (request, "memory"))
+    return Cell(float(t["start_tick"]) * tick_seconds, float(t["duration_in_ticks"]) * tick_seconds,
+                int(float(gpus if gpus is not None else 1)), _gb(vram_gb), int(float(memory_mb or 0) * MB))
 
 
 def read_notebookos(path: Path, tick_seconds: float) -> Trace:
@@ -59,9 +87,8 @@ def read_notebookos(path: Path, tick_seconds: float) -> Trace:
     sessions = []
     for n, item in enumerate(items):
         try:
-            cells = [Cell(float(t["start_tick"]) * tick_seconds, float(t["duration_in_ticks"]) * tick_seconds,
-                          int(t.get("gpus", 1)), _gb(t.get("vram")), _gb(t.get("memory")))
-                     for t in item.get("trainings") or []]
+            request = item.get("resource_request") or {}
+            cells = [_training(t, request, tick_seconds) for t in item.get("trainings") or []]
             sessions.append(Session(str(item.get("id", item.get("session_id", n))),
                                     float(item["start_tick"]) * tick_seconds, float(item["stop_tick"]) * tick_seconds,
                                     sorted(cells, key=lambda c: c.start), str(item.get("user", "")),
@@ -74,7 +101,8 @@ def read_notebookos(path: Path, tick_seconds: float) -> Trace:
 def write_notebookos(trace: Trace, path: Path, tick_seconds: float) -> None:
     def trainings(s: Session) -> list[dict[str, Any]]:
         return [{"start_tick": c.start / tick_seconds, "duration_in_ticks": c.duration / tick_seconds,
-                 "gpus": c.gpus, "vram": c.vram_bytes / GB, "memory": c.memory_bytes / GB} for c in s.cells]
+                 "num_gpus": c.gpus, "vram_usage_gb": c.vram_bytes / GB, "mem_usage_mb": c.memory_bytes / MB}
+                for c in s.cells]
 
     sessions = [{"id": s.session_id, "user": s.user, "group": s.group, "start_tick": s.start / tick_seconds,
                  "stop_tick": s.stop / tick_seconds, "trainings": trainings(s)} for s in trace.sessions]

@@ -93,8 +93,8 @@ def test_a_session_needing_more_gpus_than_the_cluster_is_refused():
 
 NOTEBOOKOS = {"sessions": [
     {"id": "s1", "user": "ann", "group": "vision", "start_tick": 0, "stop_tick": 10,
-     "trainings": [{"start_tick": 1, "duration_in_ticks": 2, "gpus": 2, "vram": 1.5, "memory": 0.5},
-                   {"start_tick": 6, "duration_in_ticks": 1, "gpus": 2, "vram": 1.5, "memory": 0.5}]},
+     "trainings": [{"start_tick": 1, "duration_in_ticks": 2, "gpus": 2, "vram": 1.5, "memory": 512},
+                   {"start_tick": 6, "duration_in_ticks": 1, "gpus": 2, "vram": 1.5, "memory": 512}]},
     {"id": "s2", "start_tick": 3, "stop_tick": 4, "trainings": []}]}
 CSV = """session_id,user,group,session_start,session_stop,cell_start,cell_duration,gpus,vram_gb,memory_gb,user_returned
 s1,ann,vision,0,600,60,120,2,1.5,0.5,
@@ -114,6 +114,42 @@ def test_both_formats_read_the_same_trace(tmp_path, name, text):
     assert s1.state_bytes == 2 * (1 << 30)
     assert (s2.start, s2.stop, s2.cells, s2.gpus) == (180, 240, [], 0)
     assert s1.returns == ([300.0] if name.endswith(".csv") else [])
+
+
+# A NotebookOS workload template in the shape its dashboard writes them (workload_templates/*.json):
+# trainings as TrainingEvents (num_gpus and one gpu_utilizations entry per GPU, mem_usage_mb in MB,
+# vram or vram_usage_gb in GB, millicpus, a DefaultTrainingEventField), and a session whose trainings
+# take their resources from its resource_request (a Float64Spec: cpus, memory in MB, gpus, vram in GB).
+TEMPLATE = {
+    "workloadTitle": "a3e0c6d2-5b1f-4f7e-9d2a-0c4b8e1f2a11", "workloadSeed": 0, "timescaleAdjustmentFactor": 0.1,
+    "numberOfSessions": 2, "debugLoggingEnabled": True,
+    "remoteStorageDefinition": {"name": "AWS S3", "downloadRate": 200000000, "uploadRate": 125000000},
+    "sessions": [
+        {"id": "c1d2", "start_tick": 1, "stop_tick": 30, "num_training_events": 2, "selected_training_event": "1",
+         "trainings": [
+             {"start_tick": 2, "duration_in_ticks": 3, "millicpus": 100, "mem_usage_mb": 4096, "vram": 12.5,
+              "num_gpus": 8, "gpu_utilizations": [{"utilization": 50}] * 8},
+             {"DefaultTrainingEventField": {"start_tick": 2, "duration_in_ticks": 2, "millicpus": 100,
+                                            "mem_usage_mb": 0.25, "num_gpus": 1,
+                                            "gpu_utilizations": [{"utilization": 50}]},
+              "start_tick": 20, "duration_in_ticks": 2, "millicpus": 100, "mem_usage_mb": 477000,
+              "vram_usage_gb": 40, "gpu_utilizations": [{"utilization": 50}, {"utilization": 50}]}]},
+        {"id": "e5f6", "start_tick": 4, "stop_tick": 9, "resource_request": {"cpus": 4000, "memory": 2048,
+                                                                            "gpus": 2, "vram": 16},
+         "trainings": [{"start_tick": 5, "duration_in_ticks": 1}]}]}
+
+
+def test_a_notebookos_template_is_read_in_its_own_units(tmp_path):
+    path = tmp_path / "template.json"
+    path.write_text(json.dumps(TEMPLATE))
+    first, second = read_trace(path, tick_seconds=60).sessions
+    big, late = first.cells
+    assert (big.start, big.duration, big.gpus) == (120, 180, 8)
+    assert (big.memory_bytes, big.vram_bytes) == (4096 * 2**20, int(12.5 * 2**30))  # MB, GB
+    assert (late.gpus, late.vram_bytes) == (2, 40 * 2**30)  # GPUs counted from gpu_utilizations
+    assert late.memory_bytes == 477000 * 2**20 and late.memory_bytes < 466 * 2**30  # MB: not 477 GB
+    [only] = second.cells
+    assert (only.gpus, only.memory_bytes, only.vram_bytes) == (2, 2048 * 2**20, 16 * 2**30)  # its spec's
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".json"])

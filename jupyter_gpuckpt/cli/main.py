@@ -444,7 +444,8 @@ class Doctor(ServerCommand):
 
 
 class Replay(Command):
-    """``self.config`` keeps what ``--config=FILE`` loaded, such as ``c.GPUCheckpointApp`` policy settings."""
+    """A server config given (``--config=jupyter_server_config.py``, ``--GPUCheckpointApp.name=value``) adds
+    the row of the policy that server would run (:meth:`configured_policy`)."""
 
     name = "jupyter gpuckpt replay"
     description = ("Replay a trace of notebook sessions through the policy on a simulated clock and cluster, one "
@@ -456,6 +457,8 @@ class Replay(Command):
 jupyter gpuckpt replay --generate 2000                        # a seeded synthetic week, replayed
 jupyter gpuckpt replay --generate 2000 --out week.csv         # ... or written (.csv or .json)
 jupyter gpuckpt replay week.csv --gpus 300 --floor vision=8 --json rows.json --plot tradeoff.png
+jupyter gpuckpt replay week.csv --config /etc/jupyter/jupyter_server_config.py   # + the row your server runs
+jupyter gpuckpt replay week.csv --GPUCheckpointApp.idle_timeout=2700 --GPUCheckpointApp.rhythm=True
 jupyter gpuckpt replay workload.json --live http://localhost:8888/ --speed 60
 """
     arguments = ("[TRACE]",)
@@ -528,6 +531,9 @@ jupyter gpuckpt replay workload.json --live http://localhost:8888/ --speed 60
                                      self.restore_fixed, self.start_fixed)
             gpus = self.gpus or replay.contended_gpus(trace)
             settings = replay.default_settings(trace, costs, list(self.floor.items()))
+            configured = self.configured_setting()
+            if configured is not None:
+                settings.insert(len(settings) - 1, configured)  # before the oracle, the last row
             try:
                 rows = [f.to_json() for f in replay.simulate_all(trace, settings, gpus, costs, self.jobs)]
             except ValueError as e:
@@ -542,6 +548,21 @@ jupyter gpuckpt replay workload.json --live http://localhost:8888/ --speed 60
         if self.plot_file:
             report.plot(rows, self.plot_file, f"{trace.name}: {len(trace.sessions)} sessions")
         return 0
+
+
+    def configured_setting(self) -> Any:
+        """The policy the server whose config was given runs (its ``GPUCheckpointApp`` section,
+        from ``--config`` or ``--GPUCheckpointApp.name=value``), as a replay row; None without one."""
+        if "GPUCheckpointApp" not in self.config:
+            return None
+        from .. import replay
+        from ..extension.app import GPUCheckpointApp
+
+        try:
+            app = GPUCheckpointApp(config=self.config)
+        except TraitError as e:
+            raise CLIError(f"the server config's GPUCheckpointApp settings: {e}") from None
+        return replay.configured_setting(app.base_policy(), list(app.group_floors.items()), app.policy_interval)
 
 
 class GPUCheckpointCLI(_App):

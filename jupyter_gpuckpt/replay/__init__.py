@@ -3,8 +3,18 @@
 from .costs import CostModel
 from .formats import TraceFormatError, read_trace, write_trace
 from .generator import generate
-from .simulator import Figures, Setting, contended_gpus, default_settings, simulate, simulate_all
+from .simulator import (
+    CONFIGURED,
+    Figures,
+    Setting,
+    configured_setting,
+    contended_gpus,
+    default_settings,
+    simulate,
+    simulate_all,
+)
 from .trace import Cell, Session, Trace
 
-__all__ = ["Cell", "CostModel", "Figures", "Session", "Setting", "Trace", "TraceFormatError", "contended_gpus",
-           "default_settings", "generate", "read_trace", "simulate", "simulate_all", "write_trace"]
+__all__ = ["CONFIGURED", "Cell", "CostModel", "Figures", "Session", "Setting", "Trace", "TraceFormatError",
+           "configured_setting", "contended_gpus", "default_settings", "generate", "read_trace", "simulate",
+           "simulate_all", "write_trace"]

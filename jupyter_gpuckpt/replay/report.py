@@ -30,7 +30,8 @@ LEGEND = ("GPU-hours: RESERVED held by kernels, BUSY running cells, IDLE the use
           "with the GPUs back in the pool,\nLENT held by waiting work only because others were reclaimed, RE-RUN "
           "re-running cells after a cull. Waits in seconds: a cell's wait for\nits kernel (restore, or new kernel "
           "and re-run), its median over sessions of at most 2 GB, and requests that waited for a free GPU.\n"
-          "UNASKED: suspends while nobody waited. LOST: sessions whose state was lost. * a reference, not a policy.")
+          "UNASKED: suspends while nobody waited. LOST: sessions whose state was lost. * a reference, not a policy.\n"
+          "< the policy the given server config runs (--config, --GPUCheckpointApp.name=value).")
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
@@ -40,6 +41,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         line = [fmt.format(row[key]) if row.get(key) is not None else "-" for key, _, fmt in COLUMNS]
         if row.get("reference"):
             line[0] += " *"
+        if row.get("configured"):
+            line[0] += " <"
         lines.append(line)
     return _aligned(lines)
 
@@ -80,9 +83,15 @@ def plot(rows: Sequence[dict[str, Any]], path: str | Path, title: str = "") -> N
     fig, ax = plt.subplots(figsize=(9, 5.5))
     for row in rows:
         x, y = row["resume_wait_median_s"], row["gpu_hours_idle_returned"]
-        marker = "*" if row.get("reference") else "s" if row["policy"].startswith("cull") else "o"
+        marker = "*" if row.get("reference") else "D" if row.get("configured") else \
+            "s" if row["policy"].startswith("cull") else "o"
         label = (f"{row['policy']}: {row['idle_returned_share']:.0%} of idle, "
                  f"{row['cells_waited_share']:.0%} cells waited")
+        if row.get("configured"):  # the admin's own: large, outlined, named on the plot too
+            ax.scatter([x], [y], marker=marker, s=160, label=label, facecolors="none", edgecolors="crimson",
+                       linewidths=2)
+            ax.annotate(row["policy"], (x, y), textcoords="offset points", xytext=(8, 8), color="crimson")
+            continue
         ax.scatter([x], [y], marker=marker, s=70, label=label, alpha=0.8)  # close points: the legend names them
     ax.set_xscale("symlog", linthresh=10)
     ax.set_xlabel("median resume wait of the cells that waited (s)")

@@ -57,6 +57,8 @@ class Setting:
     """GPUs each group keeps under policy suspends."""
     policy_interval: float = 10.0
     """Seconds between policy passes while a GPU request waits (the server's ``policy_interval``)."""
+    configured: bool = False
+    """The policy a server's own config runs (``replay --config``), shown beside the standard rows."""
 
 
 @dataclass
@@ -71,6 +73,8 @@ class Figures:
 
     policy: str
     reference: bool = False
+    configured: bool = False
+    """The row of the policy the given server config runs."""
     gpu_hours_reserved: float = 0.0
     gpu_hours_busy: float = 0.0
     gpu_hours_idle: float = 0.0
@@ -166,7 +170,7 @@ class _Simulation:
         self.reclaimed = 0
         """GPUs of live kernels that do not hold them (suspended, culled): for ``lent``."""
         self.marked_at = 0.0
-        self.figures = Figures(setting.name, reference=setting.baseline == "oracle")
+        self.figures = Figures(setting.name, reference=setting.baseline == "oracle", configured=setting.configured)
         self.waits: list[float] = []
         self.waits_small: list[float] = []
         self.reserved = self.busy = self.idle = self.returned = self.lent = self.rerun = 0.0
@@ -554,6 +558,16 @@ def default_settings(trace: Trace, costs: CostModel, floors: Sequence[tuple[str,
         rows += [Setting(f"{name} +floors", p, floors=tuple(floors)) for name, p in named]
     rows.append(Setting("oracle", baseline="oracle", cull_after=oracle_threshold(trace, costs)))
     return rows
+
+
+CONFIGURED = "your config"
+"""The name of the row of the policy a server's config runs."""
+
+
+def configured_setting(configured: policy.Policy, floors: Sequence[tuple[str, int]] = (),
+                       policy_interval: float = 10.0) -> Setting:
+    """The row of the policy a server with this config runs, floors and pass interval included."""
+    return Setting(CONFIGURED, configured, floors=tuple(floors), policy_interval=policy_interval, configured=True)
 
 
 def contended_gpus(trace: Trace, share: float = 0.75) -> int:

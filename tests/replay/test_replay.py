@@ -192,6 +192,29 @@ def test_cli_writes_json_and_plot(tmp_path):
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_admins_own_config_is_a_row_of_its_own(tmp_path):
+    """``--config jupyter_server_config.py`` replays the policy that server runs: here a 10 min idle
+    limit without a warning, so its row matches the standard ``idle 10m`` figure for figure; the
+    same from ``--GPUCheckpointApp.name=value``, which beats the file."""
+    config = tmp_path / "jupyter_server_config.py"
+    config.write_text("c.GPUCheckpointApp.idle_timeout = 600.0\nc.GPUCheckpointApp.warn_before = 0.0\n")
+    out = _replay("--generate", "80", "--config", str(config), "--json", str(tmp_path / "r.json"),
+                  "--plot", str(tmp_path / "r.png"), "--jobs", "1").stdout
+    rows = {row["policy"]: row for row in json.loads((tmp_path / "r.json").read_text())}
+    mine, standard = rows["your config"], rows["idle 10m"]
+    assert mine["configured"] and not standard["configured"] and "your config <" in out
+    assert {k: v for k, v in mine.items() if k not in ("policy", "configured")} == \
+        {k: v for k, v in standard.items() if k not in ("policy", "configured")}
+    assert list(rows)[-1] == "oracle" and (tmp_path / "r.png").stat().st_size > 0
+
+    _replay("--generate", "80", "--config", str(config), "--GPUCheckpointApp.idle_timeout=1800",
+            "--json", str(tmp_path / "s.json"), "--jobs", "1")
+    rows = {row["policy"]: row for row in json.loads((tmp_path / "s.json").read_text())}
+    assert rows["your config"]["gpu_hours_idle_returned"] == rows["idle 30m"]["gpu_hours_idle_returned"]
+    _replay("--generate", "20", "--json", str(tmp_path / "plain.json"), "--jobs", "1")
+    assert "your config" not in {row["policy"] for row in json.loads((tmp_path / "plain.json").read_text())}
+
+
 def test_cli_replays_2000_sessions(tmp_path):
     out = _replay("--generate", "2000", "--json", str(tmp_path / "r.json")).stdout
     rows = {row["policy"]: row for row in json.loads((tmp_path / "r.json").read_text())}

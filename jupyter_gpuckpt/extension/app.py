@@ -20,6 +20,7 @@ from gpuckpt_store import default_root, writable_problem
 from .. import events, metrics
 from ..kernels import activity
 from ..kernels.ledger import Ledger, default_server_id
+from ..kernels.lifecycle import State
 from ..kernels.settings import Settings
 from ..placement import GPUCheckpointProvisioner, ServerContext
 from ..placement.gpus import GPUPool
@@ -97,6 +98,10 @@ class GPUCheckpointApp(ExtensionApp):
     gpu_utilization_threshold = Int(5, config=True,
                                     help="A kernel whose GPUs are busier than this (percent) is not idle.")
     suspend_connected = Bool(True, config=True, help="Whether kernels with open browser connections may be suspended.")
+    resume_on_return = Bool(True, config=True, help="Resume a suspended or parked kernel as soon as its user comes "
+                                                    "back to its notebook (JupyterLab reports the notebook's tab "
+                                                    "shown, its window focused, typing in it), so that the cell "
+                                                    "they then run finds the kernel back or nearly back.")
     exempt_kernels = List(Unicode(), config=True, help="Kernel ids never suspended by policy.")
     exempt_kernelspecs = List(Unicode(), config=True, help="Kernelspec names never suspended by policy.")
     user_overridable = List(
@@ -318,6 +323,23 @@ class GPUCheckpointApp(ExtensionApp):
                 raise
 
         self.tasks.start(f"{action} {kernel_id}", run())
+
+    def user_returned(self, kernel_id: str) -> str:
+        """JupyterLab saw the user come back to the kernel's notebook: start its resume now
+        (``resume_on_return``); the outcome: ``started``, or why nothing started.
+
+        Raises
+        ------
+        KernelNotFound
+            No such kernel.
+        """
+        record = self.parts.registry.record(kernel_id)
+        if record.state not in (State.SUSPENDED, State.PARKED):
+            return f"nothing to resume: the kernel is {record.state.value}"
+        if not self.policy_for(kernel_id).resume_on_return:
+            return "nothing started: resume_on_return is off"
+        self.start_operation(kernel_id, "resume", reason="return")
+        return "started"
 
     def _busy_is_activity(self) -> None:
         """A cell that runs counts as the server's activity, though it prints nothing: the

@@ -149,6 +149,27 @@ class KeepRunningHandler(GPUCheckpointHandler):
         await self.answer(lambda: self.app.reclaimer.keep(kernel_id))
 
 
+class UserReturnedHandler(GPUCheckpointHandler):
+    """``POST .../returned``: JupyterLab saw the user come back to the kernel's notebook (its tab
+    shown, its window focused, typing in it); a suspended kernel's resume starts at once
+    (``202``, unless ``resume_on_return`` is off: ``200`` with why)."""
+
+    @web.authenticated
+    @authorized
+    async def post(self, kernel_id: str) -> None:
+        kernel_id = self.kernel_id(kernel_id)
+        with _http_errors():
+            outcome = self.app.user_returned(kernel_id)
+        await asyncio.sleep(0)  # let a resume take the kernel's lock and set its state
+        with _http_errors():
+            model = await self.parts.registry.model(kernel_id)
+        if outcome == "started":
+            self.set_status(202)
+        else:
+            self.set_status(200)
+        self.finish(json.dumps({**model, "outcome": outcome}))
+
+
 class KernelCheckpointsHandler(PolledHandler):
     @web.authenticated
     @authorized
@@ -185,6 +206,7 @@ default_handlers = [
     (rf"/api/gpuckpt/kernels/{_kid}", KernelHandler),
     (rf"/api/gpuckpt/kernels/{_kid}/(?P<action>checkpoint|suspend|resume|rebuild)", KernelActionHandler),
     (rf"/api/gpuckpt/kernels/{_kid}/keep", KeepRunningHandler),
+    (rf"/api/gpuckpt/kernels/{_kid}/returned", UserReturnedHandler),
     (rf"/api/gpuckpt/kernels/{_kid}/checkpoints", KernelCheckpointsHandler),
     (r"/api/gpuckpt/checkpoints/(?P<checkpoint_id>[^/]+)", CheckpointHandler),
     (r"/api/gpuckpt/gpus", GPUsHandler),

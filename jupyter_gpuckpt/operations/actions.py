@@ -252,9 +252,10 @@ class KernelOperations(OperationRunner):
             return self._result(kernel_id, "done")
 
     def _resumed_by_user(self, record: KernelRecord, reason: str) -> None:
-        """A resume the user asked for, or a cell they ran, is their activity: the policy must
-        not take an idle time from before the suspend for the kernel's and suspend it again."""
-        if reason in ("request", "execute"):
+        """A resume the user asked for, a cell they ran, or their return to the notebook is their
+        activity: the policy must not take an idle time from before the suspend for the kernel's
+        and suspend it again."""
+        if reason in ("request", "execute", "return"):
             activity.touch(self.registry.km(record.kernel_id))
 
     async def _unpark(self, record: KernelRecord, provisioner: GPUCheckpointProvisioner, reason: str) -> bool:

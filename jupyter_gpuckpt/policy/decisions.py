@@ -39,7 +39,7 @@ RECLAIM_MODES = ("idle", "on_demand", "both")
 POLICY_FIELDS = ("idle_timeout", "cpu_idle_timeout", "gpu_utilization_threshold", "suspend_connected",
                  "checkpoint_interval", "keep_checkpoints", "exempt", "release_mode", "park_timeout", "reclaim",
                  "demand_idle", "rhythm", "rhythm_wait_cost", "rhythm_min", "rhythm_gaps",
-                 "warn_before")
+                 "warn_before", "resume_on_return")
 
 
 @dataclass
@@ -75,6 +75,9 @@ class Policy:
     recent pauses, if as many, else the idle limit."""
     warn_before: float = 0.0
     """Seconds of warning before a policy suspend of a kernel with an open notebook; 0 none."""
+    resume_on_return: bool = True
+    """Resume a suspended or parked kernel as soon as its user comes back to its notebook (the
+    tab shown, the window focused, typing in it: JupyterLab says so), before a cell is run."""
 
     def problem(self) -> str | None:
         """What makes this policy unusable (a wrong mode, a negative wait cost), or None."""

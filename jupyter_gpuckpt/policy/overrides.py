@@ -44,11 +44,13 @@ TIGHTER: dict[str, tuple[str, Callable[[Policy, Policy], bool]]] = {
     "rhythm_min": ("lower", lambda p, a: p.rhythm_min <= a.rhythm_min),
     "rhythm_gaps": ("lower", lambda p, a: p.rhythm_gaps <= a.rhythm_gaps),
     "warn_before": ("lower", lambda p, a: p.warn_before <= a.warn_before),
+    "resume_on_return": ("to false", lambda p, a: not p.resume_on_return or a.resume_on_return),
 }
 """When a kernelspec's value of a policy setting is at least as tight as the admin's: it
 suspends no later, frees at least as much, keeps no more in the shared store. "Not to 0":
 0 means never (or all), the loosest of all. ``rhythm`` only ever shortens the idle limit (it is capped
-at ``idle_timeout``), so turning it on is tighter. ``reclaim``: "both" does all that "idle"
+at ``idle_timeout``), so turning it on is tighter; ``resume_on_return`` takes GPUs back before a
+cell asks for them, so turning it off is. ``reclaim``: "both" does all that "idle"
 and "on_demand" do; those two differ in kind. ``checkpoint_interval`` has no tighter side
 (fewer checkpoints save the store, more save the user's work): the admin's value only.
 

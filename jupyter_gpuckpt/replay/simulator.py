@@ -20,7 +20,7 @@ import math
 import statistics
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..kernels.watcher import GAPS_KEPT, USER_GAPS_KEPT
@@ -341,7 +341,10 @@ class _Simulation:
         return None
 
     def _return(self, k: _Kernel, now: float, token: int) -> None:
-        """The user came back to the notebook (where the trace says so): resume ahead of the cell."""
+        """The user came back to the notebook (where the trace says so): resume ahead of the cell,
+        as JupyterLab's return signal makes the server do (a policy's ``resume_on_return``)."""
+        if self.policy is not None and not self.policy.resume_on_return:
+            return
         if k.state in ("suspended", "culled") and not k.stopped:
             k.last_activity = now
             self._request(k, now)
@@ -545,7 +548,8 @@ RHYTHM_TIMEOUT = 600.0
 
 def default_settings(trace: Trace, costs: CostModel, floors: Sequence[tuple[str, int]] = ()) -> list[Setting]:
     """The table's rows: no policy, culling, fixed idle timeouts, rhythm, on demand, both (on
-    demand and rhythm), each policy again with ``floors`` if any, and the oracle reference."""
+    demand and rhythm), each policy again with ``floors`` if any, and without the return signal
+    where the trace records the users' returns, and the oracle reference."""
     rhythm = policy.Policy(idle_timeout=RHYTHM_TIMEOUT, rhythm=True)
     on_demand = policy.Policy(reclaim="on_demand")
     both = policy.Policy(idle_timeout=RHYTHM_TIMEOUT, rhythm=True, reclaim="both")
@@ -556,6 +560,8 @@ def default_settings(trace: Trace, costs: CostModel, floors: Sequence[tuple[str,
     rows += [Setting(name, p) for name, p in named]
     if floors:
         rows += [Setting(f"{name} +floors", p, floors=tuple(floors)) for name, p in named]
+    if any(s.returns for s in trace.sessions):  # the return signal's worth: the same without it
+        rows += [Setting(f"{name}, no return signal", replace(p, resume_on_return=False)) for name, p in named]
     rows.append(Setting("oracle", baseline="oracle", cull_after=oracle_threshold(trace, costs)))
     return rows
 

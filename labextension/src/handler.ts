@@ -8,6 +8,7 @@ import {
   ICheckpointInfo,
   IGPUs,
   IKernel,
+  IReturnResult,
   ReleaseMode
 } from './types';
 
@@ -104,6 +105,22 @@ export namespace GPUCheckpointAPI {
   ): Promise<IKernel> {
     return requestAPI<IKernel>(
       `kernels/${encodeURIComponent(kernelId)}/keep`,
+      { method: 'POST', body: '{}' },
+      settings
+    );
+  }
+
+  /**
+   * The user came back to the kernel's notebook (its tab shown, its window focused, typing in
+   * it): with the server's `resume_on_return`, a suspended or parked kernel's resume starts
+   * now (`outcome` `started`), before a cell asks for it.
+   */
+  export function returned(
+    kernelId: string,
+    settings?: ServerConnection.ISettings
+  ): Promise<IReturnResult> {
+    return requestAPI<IReturnResult>(
+      `kernels/${encodeURIComponent(kernelId)}/returned`,
       { method: 'POST', body: '{}' },
       settings
     );

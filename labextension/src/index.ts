@@ -1,8 +1,8 @@
 /**
  * jupyter-gpuckpt's JupyterLab plugins: the model, the commands (palette here; the
  * notebook toolbar button and Kernel menu entries come from schema/commands.json, so users
- * can move or hide them in Settings), the status bar item, the side panel and the
- * notifications.
+ * can move or hide them in Settings), the status bar item, the side panel, the
+ * notifications, and the return signal (resume before the user asks).
  */
 import {
   ILabShell,
@@ -28,6 +28,7 @@ import { addCommands, CommandIDs } from './commands';
 import { GPUCheckpointModel, IGPUCheckpointModel } from './model';
 import { GPUCheckpointNotifier, NotificationDetail } from './notifications';
 import { GPUCheckpointPanel } from './panel';
+import { ReturnWatcher } from './returns';
 import { GPUCheckpointStatus } from './status';
 
 export { CommandIDs };
@@ -286,8 +287,31 @@ const notificationsPlugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
+/**
+ * Resume before the user asks: a suspended or parked kernel's notebook coming back into view,
+ * focus or typing tells the server, which resumes it (its `resume_on_return` policy).
+ */
+const returnsPlugin: JupyterFrontEndPlugin<void> = {
+  id: 'jupyter-gpuckpt:returns',
+  description:
+    "Tells the server when the user comes back to a suspended kernel's notebook, so it resumes before a cell is run.",
+  autoStart: true,
+  requires: [IGPUCheckpointModel],
+  optional: [INotebookTracker],
+  activate: (
+    _: JupyterFrontEnd,
+    model: GPUCheckpointModel,
+    tracker: INotebookTracker | null
+  ) => {
+    if (tracker) {
+      new ReturnWatcher({ model, tracker });
+    }
+  }
+};
+
 const plugins: JupyterFrontEndPlugin<any>[] = [
   modelPlugin,
+  returnsPlugin,
   commandsPlugin,
   statusPlugin,
   panelPlugin,

@@ -209,6 +209,14 @@ export interface IActionResult extends IKernel {
   rebuilt?: IRebuilt;
 }
 
+/**
+ * The answer of `POST /api/gpuckpt/kernels/{id}/returned`: the kernel, and `started` or why
+ * no resume started (the kernel is not away, or the server's `resume_on_return` is off).
+ */
+export interface IReturnResult extends IKernel {
+  outcome: string;
+}
+
 /** `GET /api/gpuckpt/gpus`. */
 export interface IGPUs {
   node?: string;

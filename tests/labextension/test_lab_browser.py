@@ -297,6 +297,45 @@ def test_suspend_and_resume_by_running_a_cell(lab: Server) -> None:
         shot("durable-panel", page.locator(".jp-gpuckpt-panel"))
 
 
+def test_coming_back_resumes_the_kernel_before_the_cell_is_run(lab: Server) -> None:
+    """Resume before the user asks: a suspended kernel's notebook is focused and the user types
+    in it for 5 s, then runs the cell; JupyterLab told the server as they came back, so the
+    cell's execution starts within 1 s of the run instead of after a restore."""
+    from playwright.sync_api import expect
+
+    with browser_page(lab, "return") as (page, shot):
+        new_notebook(page)
+        status, toggle = page.locator(STATUS), page.locator(TOGGLE).first
+        expect(run_cell(page, 0, "x = 41").first).to_have_count(0)  # no output; wait until it ran
+        expect(page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt")).to_have_text("[1]:",
+                                                                                                  timeout=30_000)
+        toggle.click()
+        expect(status).to_have_attribute("data-state", "suspended", timeout=60_000)
+        page.evaluate("""() => {
+            const seen = window.gpuckptStates = [];
+            const node = document.querySelector('.jp-gpuckpt-status');
+            new MutationObserver(() => seen.push([Date.now(), node.dataset.state]))
+                .observe(node, {attributes: true, attributeFilter: ['data-state']});
+        }""")
+        page.evaluate("window.dispatchEvent(new Event('focus'))")  # the window comes back into focus
+        page.locator(".jp-Notebook .jp-Cell .cm-content").nth(1).click()
+        code = "import time; print(repr(time.time() - x))"
+        page.keyboard.type(code, delay=5000 / len(code))  # about 5 s of typing
+        shot("typed")
+        run_at = page.evaluate("Date.now()") / 1000
+        page.keyboard.press("Shift+Enter")
+        output = page.locator(".jp-Notebook .jp-Cell").nth(1).locator(".jp-OutputArea-output")
+        expect(output.last).to_be_visible(timeout=60_000)
+        started = float(output.last.inner_text().strip()) + 41  # time.time() as the cell began
+        shot("ran")
+        seen = page.evaluate("window.gpuckptStates")
+        restoring = [t / 1000 for t, state in seen if state == "restoring"]
+        assert restoring and restoring[0] < run_at, f"the resume did not start before the run: {seen}"
+        lag = started - run_at
+        print(f"resume started {run_at - restoring[0]:.1f} s before the run; the cell began {lag:.2f} s after it")
+        assert lag < 1.0, f"the cell waited {lag:.1f} s for the restore"
+
+
 def test_restore_report_and_rebuild(lab: Server) -> None:
     """A generator cannot be saved: after a suspend and a resume the panel says so and
     offers Rebuild, which re-runs the cell that made it."""

@@ -50,6 +50,8 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
     ("rhythm_min", {}, [30], [120]),
     ("rhythm_gaps", {}, [3], [10]),
     ("warn_before", {}, [0, 30], [600]),
+    ("resume_on_return", {}, [True, False], []),
+    ("resume_on_return", {"resume_on_return": False}, [False], [True]),
 ]
 
 

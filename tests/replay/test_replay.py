@@ -10,7 +10,18 @@ import sys
 import pytest
 
 from jupyter_gpuckpt.policy.decisions import Policy
-from jupyter_gpuckpt.replay import Cell, CostModel, Session, Setting, Trace, generate, read_trace, simulate, write_trace
+from jupyter_gpuckpt.replay import (
+    Cell,
+    CostModel,
+    Session,
+    Setting,
+    Trace,
+    default_settings,
+    generate,
+    read_trace,
+    simulate,
+    write_trace,
+)
 
 COSTS = CostModel()  # 0.4 GB/s write + 0.45 s, 0.8 GB/s read + 1.64 s, 1.07 s kernel start
 HOUR = 3600.0
@@ -36,6 +47,21 @@ def test_idle_timeout_accounting_by_hand():
     assert f.resume_wait_median_small_s == pytest.approx(restore)
     assert f.suspend_max_s == pytest.approx(suspend)
     assert f.sessions_lost == 0
+
+
+def test_a_return_ahead_of_the_cell_resumes_it_in_time_unless_the_signal_is_off():
+    """The user comes back 60 s before the second cell (the trace records it): the return
+    signal resumes the suspended kernel then, so the cell does not wait; without it, it does."""
+    trace = _two_cells()
+    trace.sessions[0].returns.append(2940.0)
+    signal = simulate(trace, Setting("idle 30m", Policy(idle_timeout=1800)), 1, COSTS)
+    off = simulate(trace, Setting("idle 30m, off", Policy(idle_timeout=1800, resume_on_return=False)), 1, COSTS)
+    assert (signal.cells_waited, off.cells_waited) == (0, 1)
+    assert off.resume_wait_median_s == pytest.approx(1.64 + 0.4 / 0.8)
+    assert signal.gpu_hours_idle_returned < off.gpu_hours_idle_returned  # held from the return on
+    names = [row.name for row in default_settings(trace, COSTS)]
+    assert "rhythm, no return signal" in names and names[-1] == "oracle"
+    assert "rhythm, no return signal" not in [row.name for row in default_settings(_two_cells(), COSTS)]
 
 
 def test_no_policy_holds_everything():

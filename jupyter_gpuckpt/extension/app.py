@@ -98,6 +98,11 @@ class GPUCheckpointApp(ExtensionApp):
     gpu_utilization_threshold = Int(5, config=True,
                                     help="A kernel whose GPUs are busier than this (percent) is not idle.")
     suspend_connected = Bool(True, config=True, help="Whether kernels with open browser connections may be suspended.")
+    wait_budget = Float(0.0, min=0.0, max=0.99, config=True, help=(
+        "The share of a kernel's cells that may wait for a restore (0.1: one in ten); 0 turns it off. Each kernel's "
+        "idle limit (from rhythm_min up to idle_timeout) is then the shortest at which the share of its pauses "
+        "expected to outlast it is within the budget, under a model of its own pauses (its user's, then the "
+        "server's, until it has rhythm_gaps of them), whatever GPUs it holds. Takes the place of rhythm."))
     resume_on_return = Bool(True, config=True, help="Resume a suspended or parked kernel as soon as its user comes "
                                                     "back to its notebook (JupyterLab reports the notebook's tab "
                                                     "shown, its window focused, typing in it), so that the cell "

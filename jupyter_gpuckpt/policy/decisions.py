@@ -39,7 +39,7 @@ RECLAIM_MODES = ("idle", "on_demand", "both")
 POLICY_FIELDS = ("idle_timeout", "cpu_idle_timeout", "gpu_utilization_threshold", "suspend_connected",
                  "checkpoint_interval", "keep_checkpoints", "exempt", "release_mode", "park_timeout", "reclaim",
                  "demand_idle", "rhythm", "rhythm_wait_cost", "rhythm_min", "rhythm_gaps",
-                 "warn_before", "resume_on_return")
+                 "warn_before", "resume_on_return", "wait_budget")
 
 
 @dataclass
@@ -75,6 +75,11 @@ class Policy:
     recent pauses, if as many, else the idle limit."""
     warn_before: float = 0.0
     """Seconds of warning before a policy suspend of a kernel with an open notebook; 0 none."""
+    wait_budget: float = 0.0
+    """The share of a kernel's cells that may wait for a restore (0.1: one in ten); 0: off. Each
+    kernel's idle limit is then the shortest at which the share of its pauses expected to outlast
+    it is within the budget (:func:`budget_limit`), learnt from its own pauses, its user's and the
+    server's; the same whatever GPUs it holds. It takes the place of ``rhythm``'s price per wait."""
     resume_on_return: bool = True
     """Resume a suspended or parked kernel as soon as its user comes back to its notebook (the
     tab shown, the window focused, typing in it: JupyterLab says so), before a cell is run."""
@@ -87,6 +92,8 @@ class Policy:
             return f"rhythm_wait_cost must not be negative, not {self.rhythm_wait_cost}"
         if self.rhythm_gaps < 1:
             return f"rhythm_gaps must be at least 1, not {self.rhythm_gaps}"
+        if not 0 <= self.wait_budget < 1:
+            return f"wait_budget is a share of cells, from 0 (off) to below 1, not {self.wait_budget}"
         return None
 
 
@@ -120,6 +127,9 @@ class KernelView:
     """Seconds since its last checkpoint; None: it has none."""
     user_gaps: Sequence[float] = ()
     """Its user's recent pauses over all their kernels: the rhythm until it has its own."""
+    server_gaps: Sequence[float] = ()
+    """Recent pauses of every user the policy sees (the replay's cluster; a single-user server
+    sees its user's only, which ``user_gaps`` has)."""
 
 
 @dataclass
@@ -177,6 +187,11 @@ def idle_limit(policy: Policy, kernel: KernelView) -> tuple[float, str] | None:
     timeout = policy.idle_timeout if kernel.gpus or policy.cpu_idle_timeout < 0 else policy.cpu_idle_timeout
     if timeout <= 0:
         return None
+    if policy.wait_budget > 0:
+        found = budget_limit(kernel, policy.wait_budget, policy.rhythm_gaps, policy.rhythm_min, timeout)
+        if found is not None and found[0] < timeout:
+            return found
+        return timeout, f"timeout {duration(timeout)}"
     if policy.rhythm:
         enough = max(1, policy.rhythm_gaps)
         own = len(kernel.gaps) >= enough
@@ -235,6 +250,12 @@ class Rhythm:
         breaks = (long + cls.BREAK_SHARE * cls.BREAK_WEIGHT) / (len(logs) + cls.BREAK_WEIGHT)
         return cls(math.exp(middle), spread, breaks)
 
+    def outlasting(self, limit: float) -> float:
+        """The share of pauses expected to last longer than ``limit``: breaks, and the long end
+        of the typical ones."""
+        z = (math.log(limit) - math.log(self.typical)) / self.spread
+        return self.breaks + (1.0 - self.breaks) * (1.0 - _normal_cdf(z))
+
     def expected_cost(self, limit: float, gpus: int, wait_cost: float) -> float:
         """One pause's expected cost under ``limit``: ``gpus`` times the seconds held idle (the
         pause, or the limit if it is longer), plus ``wait_cost`` if the pause outlasts the limit."""
@@ -263,6 +284,27 @@ def rhythm_limit(gaps: Sequence[float], gpus: int, wait_cost: float, shortest: f
     candidates = [x for x in LIMITS if shortest <= x < timeout] + [timeout]
     limit = min(candidates, key=lambda x: (round(rhythm.expected_cost(x, gpus, wait_cost), 9), x))
     return limit, sum(1 for g in gaps if g > limit)
+
+
+def budget_limit(kernel: KernelView, budget: float, enough: int, shortest: float,
+                 timeout: float) -> tuple[float, str] | None:
+    """The shortest idle limit (of :data:`LIMITS`, from ``shortest`` to ``timeout``) at which
+    the share of the kernel's pauses expected to outlast it is within ``budget``, under the model
+    of its pauses (:class:`Rhythm`: a typical pause with a spread, and a share of breaks); and
+    why. The pauses are its own once it has ``enough``, else its user's, else the server's;
+    None: none seen yet. The GPUs it holds play no part: no kernel waits more often for holding
+    more of them. A share of breaks above the budget leaves the timeout."""
+    sources = ((kernel.gaps, "its"), (kernel.user_gaps, "its user's"), (kernel.server_gaps, "the server's"))
+    found = next(((pauses, whose) for pauses, whose in sources if len(pauses) >= enough), None)
+    if found is None:
+        return None
+    pauses, whose = found
+    rhythm = Rhythm.of(pauses)
+    for limit in [x for x in LIMITS if shortest <= x < timeout]:
+        share = rhythm.outlasting(limit)
+        if share <= budget:
+            return limit, f"wait budget {budget:.0%}: {share:.0%} of {whose} pauses are expected to outlast it"
+    return timeout, f"wait budget {budget:.0%}: {rhythm.breaks:.0%} of {whose} pauses are breaks; the timeout"
 
 
 def _kept(kernel: KernelView, policy: Policy) -> str | None:

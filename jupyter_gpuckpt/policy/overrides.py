@@ -45,6 +45,7 @@ TIGHTER: dict[str, tuple[str, Callable[[Policy, Policy], bool]]] = {
     "rhythm_gaps": ("lower", lambda p, a: p.rhythm_gaps <= a.rhythm_gaps),
     "warn_before": ("lower", lambda p, a: p.warn_before <= a.warn_before),
     "resume_on_return": ("to false", lambda p, a: not p.resume_on_return or a.resume_on_return),
+    "wait_budget": ("higher", lambda p, a: p.wait_budget >= a.wait_budget),
 }
 """When a kernelspec's value of a policy setting is at least as tight as the admin's: it
 suspends no later, frees at least as much, keeps no more in the shared store. "Not to 0":

@@ -29,6 +29,8 @@ from ..policy import decisions as policy
 from .costs import CostModel
 from .trace import GB, Session, Trace
 
+SERVER_GAPS_KEPT = 200
+"""Pauses kept over every user of the replayed cluster (the server's, for the wait budget)."""
 POOL = "local"
 SMALL_STATE = 2 * GB
 """Sessions at most this big are the ones ``resume_wait_median_small_s`` covers."""
@@ -157,6 +159,8 @@ class _Simulation:
         self.kernels = [_Kernel(i, s, users.setdefault(s.user or f"session {s.session_id}",
                                                        deque(maxlen=USER_GAPS_KEPT)))
                         for i, s in enumerate(trace.sessions)]
+        self.server_gaps: deque[float] = deque(maxlen=SERVER_GAPS_KEPT)
+        """Every user's recent pauses: what a new user's first kernel follows."""
         self.events: list[tuple[float, int, int, int, int]] = []
         self.seq = 0
         self.queue: deque[_Kernel] = deque()
@@ -279,6 +283,7 @@ class _Simulation:
         if k.next_cell > 0:
             k.gaps.append(max(0.0, now - k.last_end))
             k.user_gaps.append(k.gaps[-1])
+            self.server_gaps.append(k.gaps[-1])
         k.last_activity = now
         k.deadline_token += 1
         if k.state == "running":
@@ -327,11 +332,12 @@ class _Simulation:
     def _deadline_of(self, k: _Kernel, upcoming: float) -> float | None:
         """When the setting would first act on ``k``, idle since ``last_activity`` until ``upcoming``."""
         if self.policy is not None:
-            limit = self._fixed_limits.get(k.gpus) if not self.policy.rhythm else None
+            learns = self.policy.rhythm or self.policy.wait_budget > 0  # the limit follows the pauses
+            limit = self._fixed_limits.get(k.gpus) if not learns else None
             if limit is None:
                 found = policy.idle_limit(self.policy, self._view(k, k.busy_until))
                 limit = math.inf if found is None else found[0]
-                if not self.policy.rhythm:  # the limit then depends on the GPUs alone (Policy.rhythm)
+                if not learns:  # the limit then depends on the GPUs alone
                     self._fixed_limits[k.gpus] = limit
             return k.last_activity + limit if limit < math.inf else None
         if self.setting.baseline == "cull":
@@ -433,7 +439,7 @@ class _Simulation:
         return policy.KernelView(
             str(k.index), k.state, busy, 0.0 if busy else now - k.last_activity, k.gpus, connections=1,
             state_bytes=k.state_bytes, group=k.session.group, pool=POOL, gaps=k.gaps, warned_at=k.warned_at,
-            user_gaps=k.user_gaps)
+            user_gaps=k.user_gaps, server_gaps=self.server_gaps)
 
     def _demand(self) -> Mapping[str, Demand]:
         if not self.queue:
@@ -540,10 +546,33 @@ def oracle_threshold(trace: Trace, costs: CostModel, share: float = 0.9) -> floa
     return _EPSILON
 
 
+def oracle_at_waits(trace: Trace, costs: CostModel, waits: int) -> float:
+    """The most idle GPU-hours any policy could return with ``waits`` cells waiting: every
+    pause after a session's last cell (no cell waits for it), and the ``waits`` pauses before a
+    cell that return the most, each suspended at its start (the oracle knows every pause)."""
+    free = 0.0
+    before_cells: list[float] = []
+    for s in trace.sessions:
+        end, state = s.start, 0
+        marks = [c.start for c in s.cells] + [s.stop]
+        for i, mark in enumerate(marks):
+            gain = max(0.0, mark - end - costs.suspend_seconds(state)) * s.gpus
+            if i < len(s.cells):
+                if i > 0:  # the first cell starts the kernel: no restore to wait for
+                    before_cells.append(gain)
+                c = s.cells[i]
+                end, state = max(end, c.start + c.duration), max(state, c.vram_bytes + c.memory_bytes)
+            else:
+                free += gain
+    return (free + sum(sorted(before_cells, reverse=True)[:max(0, waits)])) / 3600.0
+
+
 IDLE_TIMEOUTS = (2, 5, 10, 30, 60)
 """Minutes of the fixed idle timeouts compared."""
 RHYTHM_TIMEOUT = 600.0
 """The rhythm rows' ``idle_timeout``: the limit until a session's rhythm is known, and its cap."""
+BUDGET_TIMEOUT = 1800.0
+"""The idle limit the ``budget 10%`` row never exceeds (the policy's ``idle_timeout``)."""
 
 
 def default_settings(trace: Trace, costs: CostModel, floors: Sequence[tuple[str, int]] = ()) -> list[Setting]:
@@ -553,10 +582,11 @@ def default_settings(trace: Trace, costs: CostModel, floors: Sequence[tuple[str,
     rhythm = policy.Policy(idle_timeout=RHYTHM_TIMEOUT, rhythm=True)
     on_demand = policy.Policy(reclaim="on_demand")
     both = policy.Policy(idle_timeout=RHYTHM_TIMEOUT, rhythm=True, reclaim="both")
+    budget = policy.Policy(idle_timeout=BUDGET_TIMEOUT, wait_budget=0.10)
     rows = [Setting("none", baseline="none"), Setting("cull 30m", baseline="cull", cull_after=1800.0),
             Setting("cull 90m", baseline="cull", cull_after=5400.0)]
     rows += [Setting(f"idle {m}m", policy.Policy(idle_timeout=m * 60.0)) for m in IDLE_TIMEOUTS]
-    named = [("rhythm", rhythm), ("on_demand", on_demand), ("both", both)]
+    named = [("rhythm", rhythm), ("budget 10%", budget), ("on_demand", on_demand), ("both", both)]
     rows += [Setting(name, p) for name, p in named]
     if floors:
         rows += [Setting(f"{name} +floors", p, floors=tuple(floors)) for name, p in named]

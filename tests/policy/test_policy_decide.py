@@ -16,6 +16,7 @@ from jupyter_gpuckpt.policy.decisions import (
     KernelView,
     Policy,
     Rhythm,
+    budget_limit,
     decide,
     idle_limit,
     plan,
@@ -229,3 +230,44 @@ def test_a_demand_suspend_of_an_open_notebook_is_warned_first():
 def test_kernelspec_metadata_overrides_only_known_settings():
     policy = overridden(_policy(), {"gpuckpt": {"idle_timeout": 30, "suspend_connected": False, "bogus": 1}})[0]
     assert (policy.idle_timeout, policy.suspend_connected, policy.checkpoint_interval) == (30, False, 0)
+
+
+REGULAR = [60.0, 90.0, 45.0, 120.0, 75.0, 60.0, 100.0, 80.0, 3600.0, 70.0]  # a break among short pauses
+
+
+@pytest.mark.parametrize("budget", [0.08, 0.10, 0.20])
+def test_the_wait_budget_limit_is_the_shortest_whose_expected_waits_are_within_it(budget):
+    kernel = KernelView("k", idle_seconds=0.0, gpus=1, gaps=REGULAR)
+    limit, why = budget_limit(kernel, budget, 3, 30.0, 3600.0)
+    rhythm = Rhythm.of(REGULAR)
+    assert rhythm.outlasting(limit) <= budget < rhythm.outlasting(max(x for x in LIMITS if x < limit))
+    assert why.startswith(f"wait budget {budget:.0%}") and "its pauses" in why
+
+
+def test_holding_more_gpus_never_makes_the_wait_budget_more_aggressive():
+    """The old rhythm priced a wait against GPU-seconds, so an 8-GPU kernel was suspended almost
+    at once; under a wait budget the GPUs a kernel holds change nothing."""
+    policy = Policy(idle_timeout=3600.0, wait_budget=0.10)
+    limits = {gpus: idle_limit(policy, KernelView("k", idle_seconds=0.0, gpus=gpus, gaps=REGULAR))[0]
+              for gpus in (1, 2, 8)}
+    assert len(set(limits.values())) == 1, limits
+    priced = {gpus: idle_limit(Policy(idle_timeout=3600.0, rhythm=True),
+                               KernelView("k", idle_seconds=0.0, gpus=gpus, gaps=REGULAR))[0] for gpus in (1, 8)}
+    assert priced[8] < priced[1]  # what the budget replaces
+
+
+def test_the_wait_budget_learns_from_the_kernel_then_its_user_then_the_server():
+    policy = Policy(idle_timeout=3600.0, wait_budget=0.10, rhythm_gaps=3)
+    slow = [900.0, 1200.0, 1000.0, 1100.0]
+    by_server = idle_limit(policy, KernelView("k", idle_seconds=0.0, gaps=[10.0], server_gaps=slow))
+    by_user = idle_limit(policy, KernelView("k", idle_seconds=0.0, gaps=[10.0], user_gaps=REGULAR, server_gaps=slow))
+    own = idle_limit(policy, KernelView("k", idle_seconds=0.0, gaps=REGULAR, user_gaps=slow, server_gaps=slow))
+    assert "the server's" in by_server[1] and "its user's" in by_user[1] and "its pauses" in own[1]
+    assert by_server[0] > by_user[0] == own[0]
+    assert idle_limit(policy, KernelView("k", idle_seconds=0.0)) == (3600.0, "timeout 60 min")  # nothing seen yet
+
+
+def test_breaks_more_frequent_than_the_budget_leave_the_timeout():
+    breaks = [60.0, 5400.0, 80.0, 6000.0, 70.0, 7000.0, 90.0, 5000.0]  # half of the pauses are breaks
+    limit, why = budget_limit(KernelView("k", gaps=breaks), 0.10, 3, 30.0, 1800.0)
+    assert limit == 1800.0 and "are breaks; the timeout" in why

@@ -52,6 +52,8 @@ CASES: list[tuple[str, dict[str, Any], list[Any], list[Any]]] = [
     ("warn_before", {}, [0, 30], [600]),
     ("resume_on_return", {}, [True, False], []),
     ("resume_on_return", {"resume_on_return": False}, [False], [True]),
+    ("wait_budget", {}, [0.0, 0.1], []),
+    ("wait_budget", {"wait_budget": 0.1}, [0.1, 0.2], [0.05, 0.0]),
 ]
 
 

@@ -7,17 +7,15 @@ into its own domain's error.
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.cookies import SimpleCookie
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlencode, urljoin
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-T = TypeVar("T")
 _UNREACHABLE = 599
 """tornado's code for no answer at all: a timeout, or no connection."""
 
@@ -168,7 +166,3 @@ class RestClient:
             self._xsrf = cookies["_xsrf"].value if "_xsrf" in cookies else None
         return self._xsrf
 
-
-def call(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run one call of a client from synchronous code (the CLI), in an event loop of its own."""
-    return asyncio.run(coroutine)

@@ -8,13 +8,14 @@ the user reads.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..rest_client import RestClient, RestError, call
+from ..rest_client import RestClient, RestError
 
 URL_ENV = "JUPYTER_GPUCKPT_URL"
 TOKEN_ENV = "JUPYTER_TOKEN"
@@ -133,7 +134,7 @@ class GPUCheckpointClient:
                 client.close()
 
         try:
-            return call(calling())
+            return asyncio.run(calling())
         except RestError as e:
             raise CLIError(_error_message(e)) from None
 

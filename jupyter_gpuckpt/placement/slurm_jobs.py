@@ -136,8 +136,8 @@ class SlurmJob:
         return self.state == "PENDING" and self.reason in FOR_A_GPU and self.gpus > 0
 
 
-def _document(text: str, key: str, command: str) -> list[Mapping[str, Any]]:
-    """The ``key`` list of a Slurm JSON document, after its own ``errors``."""
+def _document(text: str, command: str) -> dict[str, Any]:
+    """A Slurm JSON document, after its own ``errors``."""
     try:
         document = json.loads(text)
     except ValueError:
@@ -150,8 +150,11 @@ def _document(text: str, key: str, command: str) -> list[Mapping[str, Any]]:
               for e in document.get("errors") or ()]
     if errors:
         raise SlurmOutputError(f"{command} reports: {'; '.join(errors)}")
-    entries = document.get(key) or []
-    return [e for e in entries if isinstance(e, dict)]
+    return document
+
+
+def _entries(document: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    return [e for e in document.get(key) or [] if isinstance(e, dict)]
 
 
 def _number(value: Any, unset: int = 0) -> int:
@@ -192,7 +195,7 @@ def read_jobs(text: str) -> list[SlurmJob]:
     SlurmOutputError
         Not Slurm's JSON, or Slurm reports errors in it.
     """
-    return [_job(entry) for entry in _document(text, "jobs", "squeue")]
+    return [_job(entry) for entry in _entries(_document(text, "squeue"), "jobs")]
 
 
 @dataclass(frozen=True)
@@ -213,10 +216,10 @@ def read_nodes(text: str) -> dict[str, SlurmNode]:
     SlurmOutputError
         Not Slurm's JSON, or Slurm reports errors in it.
     """
-    document = json.loads(text) if text.strip().startswith("{") else None
-    key = "sinfo" if isinstance(document, dict) and "sinfo" in document else "nodes"
+    document = _document(text, "sinfo")
+    key = "sinfo" if "sinfo" in document else "nodes"
     nodes: dict[str, SlurmNode] = {}
-    for entry in _document(text, key, "sinfo"):
+    for entry in _entries(document, key):
         if key == "nodes":
             nodes[str(entry.get("name"))] = SlurmNode(
                 frozenset(_words(entry.get("state")) + _words(entry.get("state_flags"))),

@@ -189,9 +189,7 @@ def idle_limit(policy: Policy, kernel: KernelView) -> tuple[float, str] | None:
         return None
     if policy.wait_budget > 0:
         found = budget_limit(kernel, policy.wait_budget, policy.rhythm_gaps, policy.rhythm_min, timeout)
-        if found is not None and found[0] < timeout:
-            return found
-        return timeout, f"timeout {duration(timeout)}"
+        return found if found is not None else (timeout, f"timeout {duration(timeout)}")
     if policy.rhythm:
         enough = max(1, policy.rhythm_gaps)
         own = len(kernel.gaps) >= enough

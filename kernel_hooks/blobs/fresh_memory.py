@@ -9,7 +9,8 @@ them. Which wins depends on the machine and on its memory's state, so plain and 
 are measured, once per process, on a small range (:func:`fastest_mode`). Huge pages are left out
 of that choice: whether free ones exist decides, and a small probe cannot tell. Measured on the
 2-core VM, 1.6 GB filled in a fresh process, 5 runs each: huge pages 0.46 GB/s while the kernel
-compacts memory for them (the first run, and 0.44 to 1.06 GB/s in every run of another session),
+compacts memory for them (the first run, and 0.44 to 1.06 GB/s in all 3 runs of an earlier
+measurement),
 6.4 GB/s once an earlier process has left free ones; bulk-faulted 2.0 to 3.1 GB/s, plain 1.3 to
 2.5 GB/s.
 ``benchmarks/bench_fresh_memory.py`` measures all three at a restore's size, and

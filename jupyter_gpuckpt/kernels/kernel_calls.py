@@ -93,7 +93,10 @@ async def call(km: AsyncKernelManager, function: str, /, *, ready_timeout: float
 
 async def _ready(client: Any, timeout: float, alive: Alive) -> None:
     """Wait until the kernel answers ``kernel_info`` and IOPub delivers (as
-    ``wait_for_ready`` does, but failing at once when the process ends)."""
+    ``wait_for_ready`` does, but failing at once when the process ends). What IOPub still
+    holds of the ``kernel_info`` is left there: :func:`_exchange` skips every message whose
+    parent is not its request (draining it here cost every call 0.2 s of waiting for
+    nothing: a 1.5 GB staged suspend's call took 0.60 s where the kernel saved in 0.39)."""
     deadline = time.monotonic() + timeout
     while True:
         client.kernel_info()
@@ -107,8 +110,6 @@ async def _ready(client: Any, timeout: float, alive: Alive) -> None:
             raise KernelCallError("the kernel's process exited before it answered")
         if time.monotonic() > deadline:
             raise KernelCallError(f"the kernel did not answer within {timeout:.0f} s")
-    while await _next(client.get_iopub_msg, 0.2) is not None:
-        pass
 
 
 async def _exchange(client: Any, function: str, args: dict[str, Any], stall_timeout: float, alive: Alive,

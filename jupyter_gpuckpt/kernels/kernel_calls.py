@@ -96,7 +96,7 @@ async def _ready(client: Any, timeout: float, alive: Alive) -> None:
     ``wait_for_ready`` does, but failing at once when the process ends). What IOPub still
     holds of the ``kernel_info`` is left there: :func:`_exchange` skips every message whose
     parent is not its request (draining it here cost every call 0.2 s of waiting for
-    nothing: a 1.5 GB staged suspend's call took 0.60 s where the kernel saved in 0.39)."""
+    nothing: a 1.5 GB staged suspend's call took 0.60 s where the kernel saved in 0.39 to 0.44)."""
     deadline = time.monotonic() + timeout
     while True:
         client.kernel_info()

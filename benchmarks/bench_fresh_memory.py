@@ -45,7 +45,13 @@ def _fill(view: memoryview, source: memoryview) -> None:
         piece[:] = source[:len(piece)]
 
 
-def rows(nbytes: int, runs: int) -> list[tuple[str, float, list[float]]]:
+HASH, TOUCHED_COPY, FIRST_SHM_WRITE = ("BLAKE3, one thread", "copy into memory already touched",
+                                       "first write of a new /dev/shm file")
+
+
+def rows(nbytes: int, runs: int, only: frozenset[str] | None = None) -> list[tuple[str, float, list[float]]]:
+    """(operation, median GB/s, GB/s of each run), for the operations titled in ``only`` (all
+    by default)."""
     source = memoryview(np.random.default_rng(0).integers(0, 255, min(nbytes, CHUNK), dtype=np.uint8)).cast("B")
     touched = bytearray(nbytes)
     _fill(memoryview(touched), source)
@@ -86,12 +92,13 @@ def rows(nbytes: int, runs: int) -> list[tuple[str, float, list[float]]]:
         array = np.empty(nbytes, dtype=np.uint8)  # numpy advises large arrays into huge pages
         _fill(memoryview(array).cast("B"), source)
 
-    cases = [("BLAKE3, one thread", hashed), ("copy into memory already touched", touched_copy),
-             ("rewrite of a /dev/shm file already written", rewrite),
-             ("first write of a new /dev/shm file", first_write)]
+    cases = [(HASH, hashed), (TOUCHED_COPY, touched_copy),
+             ("rewrite of a /dev/shm file already written", rewrite), (FIRST_SHM_WRITE, first_write)]
     cases += [(f"fresh memory, {name}", mode(name)) for name in MODES]
     cases.append(("np.empty then fill", numpy_empty))
     for title, work in cases:
+        if only is not None and title not in only:
+            continue
         median, rates = _rate(nbytes, work, runs)
         out.append((title, median, rates))
     rewrite_path.unlink()

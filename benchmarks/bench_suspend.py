@@ -1,23 +1,34 @@
 """Suspend and resume through a real jupyter_server: when the GPU is free, when the state is
 durable, and how long a resume takes, staged (host memory, written behind) against direct.
 
-Run: ``python benchmarks/bench_suspend.py [--gb 1.0] [--runs 3] [--device cuda]
+Run: ``python benchmarks/bench_suspend.py [--gb 1.5] [--runs 4] [--device cuda]
 [--host-memory-limit 60%]``. A server with the extension is started in its own process (the
-tests' helper) for each mode: ``staged`` (the suspend stages the state in host memory, the
-process ends, the store is written afterwards) and ``direct`` (``host_memory_limit = 0``: the
-process ends once the state is in the store). Each run gives the kernel ``--gb`` of new arrays
-(numpy, or torch CUDA tensors with ``--device cuda``; new each run, so every checkpoint is
-written whole), suspends it (``?wait=1``: answered once the process has ended, its GPUs free),
-waits until the checkpoint is durable, then resumes it and checks the variables. The limits
-are measured in the same run: writing the same bytes to the store's disk (fsync'd) and to host
-memory (``/dev/shm``). Figures are medians, with the range over runs.
+tests' helper) for each mode, its staging folder on ``/dev/shm``:
+
+* ``staged``: the suspend stages the state in host memory, the process ends, the store is
+  written afterwards. Run 0 writes new memory (cold); later runs write over the files of the
+  kernel's previous copy, recycled once it was durable (warm);
+* ``reserve``: the same with ``staging_reserve`` (twice the state) allocated at server start,
+  so run 0 writes into memory that exists too;
+* ``direct``: ``host_memory_limit = 0``, the process ends once the state is in the store.
+
+Each run gives the kernel ``--gb`` of new arrays (numpy, or torch CUDA tensors with ``--device
+cuda``; new each run, so every checkpoint is written whole), suspends it (``?wait=1``: answered
+once the process has ended, its GPUs free), waits until the checkpoint is durable, then resumes
+it and checks the variables. The yardsticks are measured in the same run: one copy of the bytes
+into memory already touched plus one BLAKE3 pass (a warm staged suspend's target is 2x that), the
+first write of a new ``/dev/shm`` file of that size (cold: 1.25x), a kernel's start (to its first
+cell's answer) plus one BLAKE3 pass (a resume from host memory: 1.5x), and writing the bytes to
+the store's disk (fsync'd).
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -26,9 +37,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from bench_fresh_memory import FIRST_SHM_WRITE, HASH, TOUCHED_COPY, rows  # noqa: E402
 from harness import raw_write  # noqa: E402
 from live_server import KERNEL_NAME, Server, running_server  # noqa: E402  (the tests' server helper)
 
+from gpuckpt_store import spare  # noqa: E402
 from jupyter_gpuckpt.placement.kernelspec import kernelspec_json  # noqa: E402
 from jupyter_gpuckpt.staging.host_memory import default_root  # noqa: E402
 
@@ -40,6 +53,7 @@ BUILD = {
              "arrays = [torch.rand({n}, dtype=torch.float64, device='cuda') for i in range(8)]\n"
              "check = float(sum(a.sum().item() for a in arrays))"),
 }
+MODES = ("staged", "reserve", "direct")
 
 
 def _durable(server: Server, kernel_id: str, timeout: float = 600) -> None:
@@ -50,21 +64,42 @@ def _durable(server: Server, kernel_id: str, timeout: float = 600) -> None:
         time.sleep(0.02)
 
 
-def _measure(base: Path, args: Any, limit: str) -> dict[str, list[float]]:
-    figures: dict[str, list[float]] = {"free": [], "durable": [], "resume": []}
+def _wait_for_reserve(staging: Path, nbytes: int, timeout: float = 300) -> None:
+    folder = staging / getpass.getuser() / spare.SPARE
+    deadline = time.monotonic() + timeout
+    while spare.held(folder) + spare.FILL_BYTES // 2 < nbytes:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"the staging reserve in {folder} was not made")
+        time.sleep(0.1)
+
+
+def _measure(base: Path, args: Any, mode: str, staging: Path) -> dict[str, list[float]]:
+    figures: dict[str, list[float]] = {"free": [], "durable": [], "resume": [], "kernel start": []}
     sources = set()
-    mode = "staged" if limit != "0" else "direct"
-    with running_server(base, f"--GPUCheckpointApp.host_memory_limit={limit}",
-                        "--GPUCheckpointApp.release_mode=suspend") as server:
+    nbytes = int(args.gb * 1e9)
+    options = [f"--GPUCheckpointApp.host_memory_limit={'0' if mode == 'direct' else args.host_memory_limit}",
+               f"--GPUCheckpointApp.staging_root={staging}", "--GPUCheckpointApp.release_mode=suspend"]
+    if mode == "reserve":
+        options.append(f"--GPUCheckpointApp.staging_reserve={2 * nbytes}")
+    with running_server(base, *options) as server:
+        if mode == "reserve":
+            _wait_for_reserve(staging, 2 * nbytes)
+        for _ in range(2):  # a kernel's start, to its first cell's answer: what any resume pays
+            started = time.perf_counter()
+            kernel_id = server.start_kernel()
+            server.run(kernel_id, "pass")
+            figures["kernel start"].append(time.perf_counter() - started)
+            server.api("DELETE", f"api/kernels/{kernel_id}")
         kernel_id = server.start_kernel()
-        n = int(args.gb * 1e9 / 8 / 8)
+        n = nbytes // 8 // 8
         for run in range(args.runs):
             server.run(kernel_id, BUILD[args.device].format(run=run, n=n))
             expected = server.run(kernel_id, "print(check)").strip()
             started = time.perf_counter()
             model = server.api("POST", f"api/gpuckpt/kernels/{kernel_id}/suspend?wait=1")
             figures["free"].append(time.perf_counter() - started)
-            assert model["last_checkpoint"]["durability"] == ("staged" if mode == "staged" else "durable"), model
+            wanted = "durable" if mode == "direct" else "staged"
+            assert model["last_checkpoint"]["durability"] == wanted, model
             _durable(server, kernel_id)
             figures["durable"].append(time.perf_counter() - started)
             started = time.perf_counter()
@@ -72,56 +107,76 @@ def _measure(base: Path, args: Any, limit: str) -> dict[str, list[float]]:
             figures["resume"].append(time.perf_counter() - started)
             sources.add(model["report"]["source"])
             assert server.run(kernel_id, "print(check)").strip() == expected
-    print(f"  {mode}: resumed from {', '.join(sorted(sources))}")
+    print(f"  {mode}: resumed from {', '.join(sorted(sources))}; GPU free per run (s): "
+          + ", ".join(f"{t:.2f}" for t in figures["free"]), flush=True)
     return figures
 
 
 def _cell(times: list[float]) -> str:
-    return f"{statistics.median(times):6.2f} ({min(times):.2f}-{max(times):.2f})"
+    return f"{statistics.median(times):6.2f} ({min(times):.2f}-{max(times):.2f})" if times else "-"
+
+
+def _yardsticks(base: Path, nbytes: int, runs: int) -> dict[str, list[float]]:
+    """Seconds of each yardstick over ``runs`` runs, measured now."""
+    rates = {title: each for title, _, each in rows(nbytes, runs, frozenset({HASH, TOUCHED_COPY, FIRST_SHM_WRITE}))}
+    seconds = {title: [nbytes / 1e9 / rate for rate in each] for title, each in rates.items()}
+    disk = []
+    for _ in range(runs):
+        disk.append(raw_write(base / "raw", nbytes, write_behind=True))
+        (base / "raw").unlink()
+    return {"copy + hash": [c + h for c, h in zip(seconds[TOUCHED_COPY], seconds[HASH], strict=True)],
+            "hash": seconds[HASH], "first shm write": seconds[FIRST_SHM_WRITE], "disk": disk}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gb", type=float, default=1.0, help="GB of arrays the kernel holds")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--gb", type=float, default=1.5, help="GB of arrays the kernel holds")
+    parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--device", choices=tuple(BUILD), default="cpu")
     parser.add_argument("--host-memory-limit", default="50%", help="GPUCheckpointApp.host_memory_limit when staged")
     args = parser.parse_args()
     nbytes = int(args.gb * 1e9)
     results: dict[str, dict[str, list[float]]] = {}
-    limits: dict[str, list[float]] = {"disk": [], "memory": []}
     with tempfile.TemporaryDirectory(dir=".") as tmp:
         base = Path(tmp)
-        for mode, limit in (("staged", args.host_memory_limit), ("direct", "0")):
+        for mode in MODES:
             home = base / mode
             spec = home / "data" / "kernels" / KERNEL_NAME
             spec.mkdir(parents=True)
             gpus = 1 if args.device == "cuda" else 0
             (spec / "kernel.json").write_text(json.dumps(kernelspec_json("bench", gpus=gpus)))
-            results[mode] = _measure(home, args, limit)
-        shm = default_root().parent / f"gpuckpt-bench-{os.getpid()}"
-        for _ in range(args.runs):
-            limits["disk"].append(raw_write(base / "raw", nbytes, write_behind=True))
-            limits["memory"].append(raw_write(shm, nbytes, write_behind=False))
-            (base / "raw").unlink()
-            shm.unlink()
+            staging = default_root().parent / f"gpuckpt-bench-{mode}-{os.getpid()}"
+            try:
+                results[mode] = _measure(home, args, mode, staging)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+        limits = _yardsticks(base, nbytes, args.runs)
     size = nbytes / 1e9
-    info: dict[str, Any] = {"GB": round(size, 2), "runs": args.runs}
     print(f"\nkernel holding {size:.2f} GB of new {args.device} arrays per run, {args.runs} runs; "
-          "seconds, median (range)")
-    print(f"{'':<34}{'staged':>22}{'direct':>22}")
-    for key, label in (("free", "GPU free (suspend answered)"), ("durable", "checkpoint durable"),
-                       ("resume", "resume, variables back")):
-        print(f"{label:<34}{_cell(results['staged'][key]):>22}{_cell(results['direct'][key]):>22}")
-    for name, label in (("memory", "limit: write to /dev/shm"), ("disk", "limit: write to disk, fsync")):
+          "seconds, median (range); run 0 of 'staged' writes new memory (cold), later runs and "
+          "'reserve' write over memory that exists (warm)")
+    print(f"{'':<34}" + "".join(f"{mode:>22}" for mode in MODES))
+    split = {mode: {"cold": r["free"][:1], "warm": r["free"][1:] if mode == "staged" else r["free"]}
+             for mode, r in results.items()}
+    print(f"{'GPU free, run 0 (cold)':<34}" + "".join(f"{_cell(split[m]['cold']):>22}" for m in MODES))
+    print(f"{'GPU free, warm':<34}" + "".join(f"{_cell(split[m]['warm']):>22}" for m in MODES[:2]))
+    for key, label in (("durable", "checkpoint durable"), ("resume", "resume, variables back"),
+                       ("kernel start", "kernel start")):
+        print(f"{label:<34}" + "".join(f"{_cell(results[m][key]):>22}" for m in MODES))
+    for name, label in (("copy + hash", "yardstick: touched copy + BLAKE3"),
+                        ("first shm write", "yardstick: new /dev/shm file"), ("hash", "yardstick: BLAKE3"),
+                        ("disk", "yardstick: write to disk, fsync")):
         print(f"{label:<34}{_cell(limits[name]):>22}")
-    ratio = statistics.median(results["direct"]["free"]) / statistics.median(results["staged"]["free"])
-    print(f"GPU free {ratio:.1f}x sooner staged; the staged suspend's host-memory copy runs at "
-          f"{size / statistics.median(results['staged']['free']):.2f} GB/s (limit "
-          f"{size / statistics.median(limits['memory']):.2f}), the durable write follows at "
-          f"{size / statistics.median(results['staged']['durable']):.2f} GB/s from the request "
-          f"(disk limit {size / statistics.median(limits['disk']):.2f})")
-    print(json.dumps({**info, "results": results, "limits": limits}))
+    med = statistics.median
+    warm = split["staged"]["warm"] + split["reserve"]["warm"]
+    start = med(results["staged"]["kernel start"] + results["reserve"]["kernel start"])
+    resume = results["staged"]["resume"] + results["reserve"]["resume"]
+    print(f"targets: warm GPU free {med(warm):.2f} s = {med(warm) / med(limits['copy + hash']):.2f}x touched copy "
+          f"+ BLAKE3 (target 2x); cold {med(split['staged']['cold']):.2f} s = "
+          f"{med(split['staged']['cold']) / med(limits['first shm write']):.2f}x a new /dev/shm file (target "
+          f"1.25x); resume from host memory {med(resume):.2f} s = "
+          f"{med(resume) / (start + med(limits['hash'])):.2f}x kernel start + BLAKE3 (target 1.5x)")
+    print(json.dumps({"GB": round(size, 2), "runs": args.runs, "results": results, "limits": limits}))
 
 
 if __name__ == "__main__":

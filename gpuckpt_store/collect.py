@@ -31,6 +31,7 @@ from typing import Protocol
 from .errors import IntegrityError
 from .layout import MANIFEST, is_checkpoint_id, is_digest
 from .records import referenced_blobs
+from .spare import recycle
 
 
 class StoreFolders(Protocol):
@@ -45,6 +46,9 @@ class StoreFolders(Protocol):
 
     @property
     def writers_dir(self) -> Path: ...
+
+    @property
+    def spare_dir(self) -> Path: ...
 
 STALE_SECONDS = 6 * 3600
 """Temporary files and journals of another host are only taken as dead once this old."""
@@ -150,8 +154,11 @@ def _named_by_manifests(store: StoreFolders) -> set[str]:
     return named
 
 
-def collect_garbage(store: StoreFolders, min_age: float = 3600.0) -> int:
-    """Delete the blobs no checkpoint needs (see the module doc); returns how many."""
+def collect_garbage(store: StoreFolders, min_age: float = 3600.0, *, recycle_for: str | None = None) -> int:
+    """Delete the blobs no checkpoint needs (see the module doc); returns how many. With
+    ``recycle_for`` (a kernel id), a store with a spare folder moves them there instead, for
+    that kernel's next save to write over (:func:`.spare.recycle`)."""
+    spare = store.spare_dir if recycle_for is not None and store.spare_dir.is_dir() else None
     now = time.time()
     writers = _read_journals(store, now)
     keep = _named_by_manifests(store) | writers.protected
@@ -165,7 +172,10 @@ def collect_garbage(store: StoreFolders, min_age: float = 3600.0) -> int:
             continue
         try:
             if entry.name in writers.orphaned or not writers.live or now - entry.stat().st_mtime >= min_age:
-                os.unlink(entry.path)
+                if spare is None:
+                    os.unlink(entry.path)
+                else:
+                    recycle(Path(entry.path), spare, recycle_for or "")
                 removed += 1
         except OSError as e:
             if e.errno != errno.ENOENT:

@@ -24,6 +24,7 @@ from .files import InBackground, fsync_dir, make_dir
 from .layout import MANIFEST, default_key_path, default_root, is_checkpoint_id, is_owner, shown, temp_prefix
 from .records import records_of
 from .signing import SigningKey
+from .spare import SPARE
 
 FORMAT_VERSION = 4
 """4: each run of strings pickled with its own set-aside elements, repeated strings stored
@@ -87,6 +88,12 @@ class CheckpointStore:
         """One journal per save in progress (see :class:`~.collect.SaveJournal`)."""
         self.jobs_dir = self.base / "jobs"
         """A Slurm kernel's job files, one folder per kernel (written by the server)."""
+        self.spare_dir = self.base / SPARE
+        """Files kept for the next save to write over (:mod:`.spare`; a host-memory store's)."""
+
+    def spare(self) -> Path | None:
+        """The spare folder, if this store keeps one (its saves then write over spare files)."""
+        return self.spare_dir if self.spare_dir.is_dir() else None
 
     # -- writing -------------------------------------------------------------------------
 
@@ -235,13 +242,15 @@ class CheckpointStore:
 
     # -- removing ------------------------------------------------------------------------
 
-    def delete(self, checkpoint_id: str) -> None:
-        """Remove a checkpoint, then the blobs that no remaining checkpoint uses."""
+    def delete(self, checkpoint_id: str, *, recycle_for: str | None = None) -> None:
+        """Remove a checkpoint, then the blobs that no remaining checkpoint uses; with
+        ``recycle_for`` (a kernel id) those go to the spare folder, if the store has one, for
+        that kernel's next save."""
         path = self.manifest_path(checkpoint_id).parent
         if not path.is_dir():
             raise CheckpointNotFound(f"no checkpoint {checkpoint_id} in {self.base}")
         shutil.rmtree(path)
-        collect_garbage(self)
+        collect_garbage(self, recycle_for=recycle_for)
 
 
 _LOCATIONS: dict[Path, dict[str, tuple[str, int]]] = {}

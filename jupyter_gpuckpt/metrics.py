@@ -77,7 +77,7 @@ POLICY_ACTIONS = Counter(
     "and cause (idle: the kernel's idle limit; demand: someone waited for a GPU; user).",
     ["action", "cause"],
 )
-POLICY_SOURCES = ("gpus", "demand", "groups", "kernel", "action", "parked", "pass")
+POLICY_SOURCES = ("gpus", "demand", "groups", "kernel", "action", "parked", "staging", "pass")
 """What a policy pass reads or does, each failing alone (see :mod:`.policy_faults`)."""
 POLICY_ERRORS = Counter(
     "jupyter_gpuckpt_policy_errors",

@@ -36,6 +36,11 @@ class BackgroundTasks:
         if error is not None:
             self.log.error("gpuckpt: %s failed", name, exc_info=error)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called: no task may start any more."""
+        return self._stopping
+
     def running(self) -> list[str]:
         return sorted(self._tasks.values())
 

@@ -239,7 +239,7 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
         if progress is not None:
             progress(done[0], total)
 
-    blobs = BlobStore(store.blobs_dir)
+    blobs = BlobStore(store.blobs_dir, spare=store.spare())
     io = ParallelIO(blobs.read_workers, on_bytes)
     try:
         data, reads = _read_pickle(blobs, manifest, io)

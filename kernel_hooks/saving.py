@@ -176,7 +176,7 @@ def _save(shell: Any, store: CheckpointStore, journal: SaveJournal, session: Ker
     variables = user_variables(namespace, shell.user_ns_hidden)
     state = kernel_state.capture(shell, session.baseline)
     globals_ = _process_globals()
-    blobs = BlobStore(store.blobs_dir)
+    blobs = BlobStore(store.blobs_dir, spare=store.spare(), spare_tag=labels["kernel_id"] or "")
     writer = BlobWriter(blobs, store.chunk_locations(), journal, limit=max_bytes)
     done = [0]
     total: list[int | None] = [None]

@@ -64,7 +64,8 @@ def write_behind(staged: CheckpointStore, store: CheckpointStore, checkpoint_id:
     collect_leftovers(store)
     journal = SaveJournal(store)
     try:
-        written = _copy(manifest, BlobStore(staged.blobs_dir), store, journal, bandwidth, progress)
+        source = BlobStore(staged.blobs_dir, spare=staged.spare())
+        written = _copy(manifest, source, store, journal, bandwidth, progress)
     finally:
         journal.close()
     return {"id": checkpoint_id, "bytes_written": written, "seconds": time.perf_counter() - started}

@@ -88,17 +88,21 @@ def running_server(base: Path, *args: str, app: str = "jupyter_server") -> Itera
     """Start ``jupyter server`` with dirs under ``base``; stop it (politely) on exit.
 
     ``app`` is the module run with ``python -m``: ``"jupyterlab"`` starts ``jupyter lab``. No
-    policy pass runs during a test unless ``args`` set ``--GPUCheckpointApp.policy_interval``.
+    policy pass runs during a test unless ``args`` set ``--GPUCheckpointApp.policy_interval``;
+    staged state goes under ``base`` unless they set ``--GPUCheckpointApp.staging_root``.
     """
     env = jupyter_env(base)
     quiet = [] if any(a.startswith("--GPUCheckpointApp.policy_interval=") for a in args) else [
         "--GPUCheckpointApp.policy_interval=3600"]
+    # a setting given twice on the command line fails the extension's whole config
+    staging = [] if any(a.startswith("--GPUCheckpointApp.staging_root=") for a in args) else [
+        f"--GPUCheckpointApp.staging_root={base / 'staging'}"]
     log = (base / "server.log").open("a")
     url: str | None = None
     process = subprocess.Popen(
         [sys.executable, "-m", app, "--allow-root", "--no-browser", "--ip=127.0.0.1", "--port=0",
          f"--ServerApp.token={TOKEN}", f"--ServerApp.root_dir={base / 'root'}",
-         *quiet, f"--GPUCheckpointApp.staging_root={base / 'staging'}", *args],
+         *quiet, *staging, *args],
         env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
         info_file = base / "runtime" / f"jpserver-{process.pid}.json"

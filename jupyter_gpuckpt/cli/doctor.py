@@ -37,6 +37,7 @@ from gpuckpt_store import (
     list_checkpoints,
     writable_problem,
 )
+from gpuckpt_store import spare as spare_files
 
 from ..errors import PlacementError
 from ..placement import parking
@@ -274,15 +275,27 @@ def check_host_memory(policy: dict[str, Any] | None) -> Check:
         limit = host_memory.parse_limit(limit_text)
     except ValueError as e:
         return Check("FAIL", "host memory", str(e))
-    area = host_memory.HostMemory(root, limit)
+    reserve_text = str(policy.get("staging_reserve", "0")) if policy else "0"
+    try:
+        reserve = host_memory.parse_limit(reserve_text)
+    except ValueError as e:
+        return Check("FAIL", "host memory", f"staging_reserve: {e}")
+    area = host_memory.HostMemory(root, limit, reserve)
     if limit and not root.exists():
         return Check("OK", "host memory", f"suspends stage in {root} (made at the first suspend), up to "
                                           f"{human_bytes(limit)} ({limit_text})")
     problem = area.problem()
     if problem is not None:
         return Check("WARN", "host memory", f"suspends write straight to the store: {problem}")
+    made, kept = area.spare(spare_files.RESERVE), area.spare()
+    held = f"; reserve {human_bytes(made)} allocated of {human_bytes(reserve)} ({reserve_text})" if reserve else ""
+    if kept > made:
+        held += f"; {human_bytes(kept - made)} kept for the next suspends of kernels that staged before"
+    if reserve and made + spare_files.FILL_BYTES // 2 < min(reserve, limit - area.used() - (kept - made)):
+        return Check("WARN", "host memory", f"suspends stage in {root}{held}: the first suspends write into new "
+                                            "memory (is the server still making it, or is /dev/shm short?)")
     return Check("OK", "host memory", f"suspends stage in {root}: {human_bytes(area.used())} of "
-                                      f"{human_bytes(limit)} ({limit_text}) in use")
+                                      f"{human_bytes(limit)} ({limit_text}) in use{held}")
 
 
 def check_park() -> Check:

@@ -5,6 +5,7 @@ the server's start and stop. The policy loop is ``policy/loop.py``, events go th
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,8 @@ from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.services.kernels.connection.channels import ZMQChannelsWebsocketConnection
 from traitlets import Bool, CaselessStrEnum, Dict, Float, Int, List, Set, TraitError, Unicode, default, validate
 
-from gpuckpt_store import default_root, writable_problem
+from gpuckpt_store import default_root, human_bytes, writable_problem
+from gpuckpt_store.spare import RESERVE
 
 from .. import events, metrics
 from ..kernels import activity
@@ -148,6 +150,13 @@ class GPUCheckpointApp(ExtensionApp):
         help="Host memory a suspend may stage kernels' state in, so their GPUs are free before the state is "
              "on disk (it is written to the store right after): bytes ('8G', '512M') or a share of physical "
              "memory ('25%'). A suspend that would need more goes straight to the store; '0' turns staging off.")
+    staging_reserve = Unicode(
+        "0", config=True,
+        help="Host memory allocated for staging when the server starts, so that even its first suspend "
+             "copies the kernel's state into memory that exists (a new /dev/shm file took its first write "
+             "several times slower than one written before): bytes ('8G') or a share of physical memory "
+             "('10%'), within host_memory_limit. The staged copies a suspend lets go are recycled into it "
+             "either way; '0' (the default) keeps none beyond that.")
     staging_root = Unicode(config=True, help="Where staged state lives: a folder in memory, private to the "
                                              "user. Default: /dev/shm/jupyter-gpuckpt-<user>.")
     write_behind_bandwidth = Float(0.0, config=True, help="Bytes per second at most that writing staged state "
@@ -186,12 +195,12 @@ class GPUCheckpointApp(ExtensionApp):
                              f"(they are: {', '.join(policy.POLICY_FIELDS)})")
         return list(proposal["value"])
 
-    @validate("host_memory_limit")
-    def _check_host_memory_limit(self, proposal: Any) -> str:
+    @validate("host_memory_limit", "staging_reserve")
+    def _check_memory_size(self, proposal: Any) -> str:
         try:
             parse_limit(proposal["value"])
         except ValueError as e:
-            raise TraitError(f"GPUCheckpointApp.host_memory_limit: {e}") from None
+            raise TraitError(f"GPUCheckpointApp.{proposal['trait'].name}: {e}") from None
         return str(proposal["value"])
 
     @default("staging_root")
@@ -221,7 +230,8 @@ class GPUCheckpointApp(ExtensionApp):
                             release_mode=self.release_mode,
                             release_mode_of=lambda kernel_id: self.policy_for(kernel_id).release_mode,
                             write_behind_bandwidth=self.write_behind_bandwidth)
-        host_memory = HostMemory(Path(self.staging_root), parse_limit(self.host_memory_limit))
+        host_memory = HostMemory(Path(self.staging_root), parse_limit(self.host_memory_limit),
+                                 parse_limit(self.staging_reserve))
         self.parts = wiring.build(self.serverapp.kernel_manager, self.serverapp.session_manager, settings,
                                   self._ledger(), host_memory, self.emit, self.tasks)
         self.parts.relocation.on_moved.append(SuspendAwareConnection.kernel_moved)
@@ -271,8 +281,24 @@ class GPUCheckpointApp(ExtensionApp):
     async def _start_jupyter_server_extension(self, serverapp: Any) -> None:
         await self.parts.restarts.reregister()
         self.tasks.start("policy loop", self.policy_loop.run())
+        self.tasks.start("staging memory", self._settle_staging_memory())
         if self.suspend_on_stop:
             sigint.stop_on_sigint(serverapp)
+
+    async def _settle_staging_memory(self) -> None:
+        """Allocate the staging reserve (and free what kernels gone since the last server left)."""
+        host = self.parts.host_memory
+        started = time.perf_counter()
+        try:
+            await asyncio.to_thread(host.settle, [r.kernel_id for r in self.parts.registry.records])
+        except OSError as e:
+            self.log.warning("gpuckpt: the staging memory in %s could not be settled: %s", host.root, e.strerror or e)
+            return
+        if host.reserve:
+            self.log.info("gpuckpt: staging reserve: %s of %s allocated in %s in %.1f s",
+                          human_bytes(await asyncio.to_thread(host.spare, RESERVE)), human_bytes(host.reserve),
+                          host.root,
+                          time.perf_counter() - started)
 
     async def stop_extension(self) -> None:
         """The server stops: what is suspended stays in the ledger (the kernels jupyter_server
@@ -410,7 +436,8 @@ class GPUCheckpointApp(ExtensionApp):
                 "group": GPUCheckpointProvisioner.context.group, "exempt_kernels": list(self.exempt_kernels),
                 "exempt_kernelspecs": list(self.exempt_kernelspecs), "policy_interval": self.policy_interval,
                 "store_root": self.store_root, "rebuild_skipped": self.rebuild_skipped,
-                "host_memory_limit": self.host_memory_limit, "staging_root": self.staging_root,
+                "host_memory_limit": self.host_memory_limit, "staging_reserve": self.staging_reserve,
+                "staging_root": self.staging_root,
                 "write_behind_bandwidth": self.write_behind_bandwidth, "suspend_on_stop": self.suspend_on_stop,
                 "suspend_on_stop_timeout": self.suspend_on_stop_timeout,
                 "store_problem": store_problem}

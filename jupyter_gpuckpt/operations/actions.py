@@ -52,10 +52,12 @@ class KernelOperations(OperationRunner):
         if problem is None:
             wanted = (record.last_checkpoint.bytes_total or 0) if record.last_checkpoint else 0
             durable = self.retention.store().has
-            share = await asyncio.to_thread(host.take, self.write_behind.staged_in_use(), wanted, durable=durable)
+            share = await asyncio.to_thread(host.take, self.write_behind.staged_in_use(), wanted, durable=durable,
+                                            kernel_id=record.kernel_id)
             if share == 0:  # no room, or a state like the last one would not fit: no doomed attempt
                 problem = (f"host memory for staging is short (GPUCheckpointApp.host_memory_limit {host.limit} "
                            f"bytes), the last checkpoint took {wanted}")
+                self._settle_host_memory()  # what it recycled before finding it short
             else:
                 try:
                     return await self._save(record, "suspend", staged_bytes=share), None
@@ -63,7 +65,15 @@ class KernelOperations(OperationRunner):
                     problem = str(e)
                 finally:
                     host.give_back(share)
+                    self._settle_host_memory()
         return await self._save(record, "suspend"), problem
+
+    def _settle_host_memory(self) -> None:
+        """Trim and refill the spare files after a staged save, off the suspend's path (the
+        process is ending meanwhile); a server that stops leaves them as they are."""
+        if not self.tasks.stopping:
+            kernels = [record.kernel_id for record in self.registry.records]
+            self.tasks.start("staging memory", asyncio.to_thread(self.host_memory.settle, kernels))
 
     @staticmethod
     def _saved(result: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,8 @@ from ..metrics import POLICY_ERRORS, POLICY_SOURCES
 
 _WHAT = {"gpus": "the GPU reading", "demand": "reading the GPU requests waiting in {}",
          "groups": "reading what each group holds from {}", "kernel": "looking at kernel {}",
-         "action": "acting on kernel {}", "parked": "suspending parked kernel {}", "pass": "the policy pass"}
+         "action": "acting on kernel {}", "parked": "suspending parked kernel {}",
+         "staging": "settling the staging memory", "pass": "the policy pass"}
 """How the log names what failed, by source (``{}``: the subject), unless the caller says."""
 KERNEL_SOURCES = ("kernel", "action", "parked")
 """Sources whose subject is a kernel id (forgotten with the kernel)."""

@@ -69,11 +69,25 @@ class PolicyLoop:
         """One pass: every kernel decided (with one GPU reading) and acted on; parked kernels
         past the host memory limit suspended."""
         decisions = await self.reclaimer.run_pass()
+        await self._settle_staging_memory()
         await self._convert_parked_over_limit()
         kernels = self.registry.kernel_manager
         if any(getattr(kernels.get_kernel(k), "execution_state", None) == "busy" for k in kernels.list_kernel_ids()):
             self.on_busy()
         return decisions
+
+    async def _settle_staging_memory(self) -> None:
+        """Spare files go with the kernels they were kept for, and give way to parked kernels'
+        GPU state, which shares the host memory limit with them."""
+        parked = sum((r.last_checkpoint.bytes_total or 0) if r.last_checkpoint else 0
+                     for r in self.registry.records if r.state == State.PARKED)
+        kernels = [record.kernel_id for record in self.registry.records]
+        try:
+            await asyncio.to_thread(self.host_memory.settle, kernels, parked)
+        except Exception as e:  # the staging folder cannot be used: the next pass tries again
+            self.reclaimer.faults.failed("staging", "", e)
+        else:
+            self.reclaimer.faults.worked("staging")
 
     async def _convert_parked_over_limit(self) -> None:
         """Parked kernels' GPU state lies in host memory, beside the staged copies: past

@@ -204,14 +204,17 @@ class WriteBehind:
 
     async def tidy(self, record: KernelRecord) -> None:
         """Drop the kernel's staged copies that are in the store and that no resume needs now
-        (a suspended kernel keeps its copy, for a resume from memory; a shut down one keeps none).
+        (a suspended kernel keeps its copy, for a resume from memory; a running one keeps its
+        files as spare ones, for its next suspend to write over; a shut down one keeps none).
         A copy not in the store yet is never dropped here."""
         host = self.host_memory
-        kept = record.state in AWAY and self.registry.records.get(record.kernel_id) is record
+        known = self.registry.records.get(record.kernel_id) is record
+        kept = record.state in AWAY and known
         keep = record.last_checkpoint_id if kept else None
         durable = set(await asyncio.to_thread(self.retention.store().ids))
         staged = await asyncio.to_thread(list_checkpoints, host.store())
         for info in staged:
             if (info.kernel_id == record.kernel_id and info.id in durable and info.id != keep
                     and info.id not in self.writing()):
-                await asyncio.to_thread(host.drop, info.id)
+                # a kernel that may suspend again keeps the memory, for its next copy to write over
+                await asyncio.to_thread(host.drop, info.id, recycle_for=record.kernel_id if known else None)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from gpuckpt_store import IntegrityError, Piece
 from gpuckpt_store.layout import is_digest
+from gpuckpt_store.spare import lock_shared
 
 from .packs import digest_of
 from .sizes import ALIGN, CHUNK_BYTES, DEFAULT_WORKERS, READ_WORKERS, SEGMENT_BYTES
@@ -18,10 +19,15 @@ class BlobStore:
     """The ``blobs/`` folder of one owner's store."""
 
     def __init__(self, directory: Path, *, chunk_bytes: int = CHUNK_BYTES, workers: int = DEFAULT_WORKERS,
-                 read_workers: int = READ_WORKERS) -> None:
+                 read_workers: int = READ_WORKERS, spare: Path | None = None, spare_tag: str = "") -> None:
         if SEGMENT_BYTES % chunk_bytes:
             raise ValueError(f"the chunk size must divide {SEGMENT_BYTES}")
         self.directory = directory
+        self.spare = spare
+        """The store's spare folder, if it keeps one: packs write over its files, and reads
+        hold a shared lock so a blob being read is never recycled under them."""
+        self.spare_tag = spare_tag
+        """Whose spare files packs take first: the saving kernel's id."""
         self.chunk_bytes = chunk_bytes
         self.workers = workers
         self.read_workers = read_workers
@@ -39,6 +45,8 @@ class BlobStore:
         except FileNotFoundError:
             raise IntegrityError(f"blob {path} of {what} is missing") from None
         try:
+            if self.spare is not None and not lock_shared(fd, path):
+                raise IntegrityError(f"blob {path} of {what} is missing")
             if os.fstat(fd).st_size < piece.offset + len(dest):
                 raise IntegrityError(f"blob {path} of {what} is truncated")
             _read(fd, path, dest, piece.offset, what)

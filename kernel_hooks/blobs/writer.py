@@ -110,7 +110,7 @@ class BlobWriter:
             self.publish(pack)
 
     def new_pack(self) -> Pack:
-        pack = Pack(self.blobs.directory)
+        pack = Pack(self.blobs.directory, self.blobs.spare, self.blobs.spare_tag)
         with self._lock:
             self.packs.append(pack)
         return pack

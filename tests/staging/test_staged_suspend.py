@@ -9,9 +9,10 @@ import json
 import os
 import shutil
 import signal
+import stat
 import threading
 import time
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,9 @@ from live_server import KERNEL_NAME, running_server
 from server_fixtures import api, run, start_kernel, write_behind_writers
 
 from gpuckpt_store import CheckpointStore
+from gpuckpt_store import spare as spare_files
 from jupyter_gpuckpt import events
+from jupyter_gpuckpt.cli import doctor
 from jupyter_gpuckpt.placement.kernelspec import kernelspec_json
 from jupyter_gpuckpt.staging.host_memory import HostMemory, default_root, parse_limit, physical_memory
 
@@ -181,6 +184,84 @@ async def test_a_staged_copy_lost_before_it_reached_the_store_falls_back_to_the_
     model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
     assert model["report"]["source"] == "store"
     assert (await run(jp_serverapp, kernel_id, "print(note)")).strip() == "kept"  # as the last durable one had it
+
+
+def _inodes(folder: Path) -> dict[int, int]:
+    """Inode to allocated bytes of each file in ``folder``."""
+    return {st.st_ino: st.st_blocks * 512 for st in (p.stat() for p in folder.iterdir())}
+
+
+@pytest.mark.parametrize("gpuckpt_config", [{"policy_interval": 3600.0}])
+async def test_a_suspend_writes_over_the_memory_the_kernels_last_copy_took(jp_fetch, jp_serverapp, gpuckpt_config):
+    """A new /dev/shm file took its first write several times slower than one written before:
+    the copy a resumed kernel no longer needs becomes its spare files, and its next suspend's
+    packs are those files, written over in place."""
+    kernel_id = await start_kernel(jp_fetch)
+    await run(jp_serverapp, kernel_id, STATE)
+    _, staging = _stores(jp_serverapp)
+    await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    await _durable(jp_fetch, kernel_id)
+    first = _inodes(staging.blobs_dir)
+    model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    assert model["report"]["source"] == "host memory"
+    assert staging.ids() == []  # running again: its copy is in the store, and its memory is kept
+    assert _inodes(staging.spare_dir) == first
+    assert all(spare_files.tag_of(name) == kernel_id for name in os.listdir(staging.spare_dir))
+    assert stat.S_IMODE(staging.spare_dir.stat().st_mode) == 0o700
+
+    await run(jp_serverapp, kernel_id, "weights = np.random.default_rng(8).random(2_500_000); note = 'second'")
+    expected = await run(jp_serverapp, kernel_id, CHECK)
+    model = await api(jp_fetch, "kernels", kernel_id, "suspend", method="POST", wait="1")
+    assert model["last_checkpoint"]["durability"] == "staged"
+    second = _inodes(staging.blobs_dir)
+    reused = sum(size for inode, size in second.items() if inode in first)
+    assert reused >= 0.8 * sum(second.values()), (first, second)  # its old pages, not new ones
+    model = await api(jp_fetch, "kernels", kernel_id, "resume", method="POST", wait="1")
+    assert model["report"]["source"] == "host memory"
+    assert await run(jp_serverapp, kernel_id, CHECK) == expected
+
+    await jp_fetch("api", "kernels", kernel_id, method="DELETE")
+    app = jp_serverapp.web_app.settings["gpuckpt_app"]
+    await app.policy_loop.run_pass()
+    assert os.listdir(staging.spare_dir) == []  # shut down: it suspends no more, its memory is freed
+
+
+def test_a_staging_reserve_is_made_at_start_and_the_first_suspend_writes_into_it(tmp_path: Path) -> None:
+    folder = tmp_path / "data" / "kernels" / KERNEL_NAME
+    folder.mkdir(parents=True)
+    (folder / "kernel.json").write_text(json.dumps(kernelspec_json("staging reserve test", gpus=0)))
+    staging = CheckpointStore(tmp_path / "staging")
+
+    def reserve_made() -> Coroutine[Any, Any, bool]:
+        return asyncio.sleep(0, spare_files.held(staging.spare_dir, spare_files.RESERVE) >= 768 << 20)
+
+    with running_server(tmp_path, "--GPUCheckpointApp.staging_reserve=768M") as server:
+        asyncio.run(_until(reserve_made, 60, "the reserve"))  # made as the server starts
+        reserve = _inodes(staging.spare_dir)
+        check = doctor.check_host_memory({"staging_root": str(tmp_path / "staging"), "host_memory_limit": "25%",
+                                          "staging_reserve": "768M"})
+        assert check.status == "OK" and "reserve 768.0 MiB allocated of 768.0 MiB (768M)" in check.detail, check
+
+        kernel_id = server.start_kernel()
+        server.run(kernel_id, STATE)
+        expected = server.run(kernel_id, CHECK)
+        model = server.api("POST", f"api/gpuckpt/kernels/{kernel_id}/suspend?wait=1")
+        assert model["last_checkpoint"]["durability"] == "staged"
+        assert set(_inodes(staging.blobs_dir)) <= set(reserve)  # the server's first suspend wrote into it
+        asyncio.run(_until(reserve_made, 60, "the reserve to be made whole again"))
+        assert server.api("POST", f"api/gpuckpt/kernels/{kernel_id}/resume?wait=1")["state"] == "running"
+        assert server.run(kernel_id, CHECK) == expected
+
+
+def test_doctor_says_when_the_reserve_is_not_there(tmp_path: Path) -> None:
+    root = tmp_path / "staging"
+    HostMemory(root, 1 << 30).problem()  # the folder exists, the reserve was never made
+    check = doctor.check_host_memory({"staging_root": str(root), "host_memory_limit": "1G",
+                                      "staging_reserve": "512M"})
+    assert check.status == "WARN" and "new memory" in check.detail, check
+    check = doctor.check_host_memory({"staging_root": str(root), "host_memory_limit": "1G",
+                                      "staging_reserve": "lots"})
+    assert check.status == "FAIL" and "staging_reserve" in check.detail
 
 
 @pytest.mark.parametrize("gpuckpt_config", [{"policy_interval": 3600.0, "host_memory_limit": "1M"}])

@@ -12,9 +12,10 @@ Each spare file is named for the kernel whose copy it was (``<kernel-id>.<token>
 server frees the files of kernels that are gone (:func:`settle`), so what is kept is at most
 the last staged size of each kernel that may suspend again, plus the reserve.
 
-A spare file must hold nothing anyone still reads: a reader of a blob holds a shared
-``flock`` on it (:func:`lock_shared`), and :func:`recycle` moves only a blob it can lock
-exclusively at once; a blob being read is deleted instead (its reader keeps the inode).
+A spare file is never written while someone holds it: a reader of a blob holds a shared
+``flock`` on it for as long as it reads or maps it (:func:`lock_shared`), and a save claims only
+a file it can lock exclusively at once (a blob mapped by a restored kernel waits, in the spare
+folder, for that kernel's process to end).
 """
 
 from __future__ import annotations
@@ -52,45 +53,44 @@ def _name(tag: str) -> str:
 
 
 def recycle(blob: Path, spare: Path, tag: str) -> bool:
-    """Move ``blob`` into ``spare`` for a later save (of kernel ``tag`` first), or delete it if
-    someone reads it now; True if it was moved."""
+    """Move ``blob`` into ``spare`` for a later save (of kernel ``tag`` first); True if moved."""
+    name = _name(tag)
     try:
-        fd = os.open(blob, os.O_RDONLY)
-    except FileNotFoundError:
+        os.rename(blob, spare / name)
+    except FileNotFoundError:  # gone already, or the spare folder went: nothing to keep
+        blob.unlink(missing_ok=True)
         return False
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            blob.unlink(missing_ok=True)
-            return False
-        try:
-            os.rename(blob, spare / _name(tag))
-        except FileNotFoundError:  # the spare folder went (the server turned recycling off)
-            blob.unlink(missing_ok=True)
-            return False
-        return True
-    finally:
-        os.close(fd)
+    return True
 
 
-def claim(spare: Path, dest: Path, tag: str = "") -> int:
-    """Move a spare file to ``dest`` (a save's temporary name), kernel ``tag``'s own first, then
-    the reserve's, then any; returns its size, or -1 if there is none (the caller then creates
-    ``dest``)."""
+def claim(spare: Path, dest: Path, tag: str = "") -> tuple[int, int] | None:
+    """Move a spare file that nobody holds to ``dest`` (a save's temporary name), kernel
+    ``tag``'s own first, then the reserve's, then any: ``(fd, size)``, the file open for
+    writing and locked exclusively until the fd is closed; None if there is none."""
     try:
         entries = list(os.scandir(spare))
     except FileNotFoundError:
-        return -1
+        return None
     rank = {tag: 0, RESERVE: 1} if tag else {RESERVE: 1}
     entries.sort(key=lambda e: (rank.get(tag_of(e.name), 2), e.name))
     for entry in entries:
         try:
-            os.rename(entry.path, dest)
+            fd = os.open(entry.path, os.O_WRONLY)
         except FileNotFoundError:  # another writer claimed it first
             continue
-        return os.stat(dest).st_size
-    return -1
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.stat(entry.path).st_ino != os.fstat(fd).st_ino:
+                raise FileNotFoundError(entry.path)  # claimed and replaced between the listing and the lock
+            os.rename(entry.path, dest)
+        except (BlockingIOError, FileNotFoundError):  # held by a reader, or claimed meanwhile
+            os.close(fd)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, os.fstat(fd).st_size
+    return None
 
 
 def lock_shared(fd: int, path: Path) -> bool:

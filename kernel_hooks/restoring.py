@@ -25,6 +25,7 @@ from gpuckpt_store import BufferRecord, CheckpointStore, RestoreError
 
 from .blobs import DEVICE_CHUNK_BYTES, BlobStore, ParallelIO
 from .blobs.buffers import BufferSource, Staging, host_memory
+from .blobs.mapped import MappedBuffers, mappable
 from .codecs import live_objects, pickling
 from .report import RestoreReport, SkippedVariable
 from .state import devices, environment, kernel_state, rng, settings
@@ -98,8 +99,10 @@ def _load_buffers(blobs: BlobStore, manifest: dict[str, Any], io: ParallelIO) ->
     """Queue the reads of every buffer. Host buffers come first, into fresh memory that
     needs no library, so the disk reads them while the libraries that wrap them (torch:
     seconds) import; of those, the buffers decoded on the CPU lead (see :class:`_Decoding`).
-    Device buffers follow through pinned staging."""
+    From a host-memory store they are mapped instead, their hashes checked through the
+    mapping (:mod:`.blobs.mapped`). Device buffers follow through pinned staging."""
     source = BufferSource(blobs, io)
+    mapped = MappedBuffers(blobs, io) if blobs.spare is not None else None  # a host-memory store
     entries: list[dict[str, Any]] = manifest["buffers"]
     for entry in entries:
         kind, device = entry["kind"], entry["device"]
@@ -109,6 +112,9 @@ def _load_buffers(blobs: BlobStore, manifest: dict[str, Any], io: ParallelIO) ->
     for i in sorted(range(len(entries)), key=lambda i: entries[i]["kind"] not in _DECODED):
         if entries[i]["device"] == "cpu":
             record = BufferRecord.from_json(entries[i])
+            if mapped is not None and mappable(record):
+                host[i] = mapped.load(record, _what(i, entries[i]))
+                continue
             memory = host_memory(record.nbytes)
             host[i] = memory, source.load_host(record, memoryview(memory), _what(i, entries[i]))
     staging: dict[str, Staging] = {}

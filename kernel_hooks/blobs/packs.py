@@ -44,10 +44,11 @@ class Pack:
 
     def __init__(self, directory: Path, spare: Path | None = None, tag: str = "") -> None:
         self.tmp = directory / f"{temp_prefix()}{secrets.token_hex(6)}"
-        self.reused = claim(spare, self.tmp, tag) if spare is not None else -1
+        claimed = claim(spare, self.tmp, tag) if spare is not None else None
+        self.reused = -1
         """Size of the spare file this pack writes over, or -1 (a new file)."""
-        if self.reused >= 0:
-            self.fd = os.open(self.tmp, os.O_WRONLY)
+        if claimed is not None:
+            self.fd, self.reused = claimed
             os.fchmod(self.fd, 0o600)  # private whatever it was made with
         else:
             self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)

@@ -153,12 +153,14 @@ def store_files(kernels: KernelFactory) -> dict[str, bytes]:
     return {str(p): p.read_bytes() for p in owner_dir(kernels.store).rglob("*") if p.is_file()}
 
 
+@pytest.mark.parametrize("mapped", [False, True], ids=["read", "mapped"])
 @pytest.mark.parametrize("part", ["buffer", "strings", "pickle"])
-def test_corrupt_blob_is_refused_and_nothing_changes(kernels, part):
+def test_corrupt_blob_is_refused_and_nothing_changes(kernels, part, mapped):
     """Req 4: one flipped byte in a buffer blob (a 2.4 MB array), in a run of packed
     strings (decoded before unpickling starts) or in the pickle blob -> an error naming the
     blob (and the variable); the restoring kernel's namespace and the checkpoint's files
-    are left as they were."""
+    are left as they were. ``mapped``: the store is a host-memory one (it has a spare folder),
+    whose buffers a restore maps, checking their hashes through the mapping."""
     saver = kernels.start()
     saver.ok("import numpy as np\nbig = np.arange(300_000, dtype=np.float64)\n"
              "words = np.array([f'word {i}' for i in range(100_000)], dtype=object)\nnote = 'saved'")
@@ -173,6 +175,8 @@ def test_corrupt_blob_is_refused_and_nothing_changes(kernels, part):
         blob = blob_path(kernels.store, manifest["pickle"]["blobs"][0])
         offset = blob.stat().st_size // 2
     flip_byte(blob, offset)
+    if mapped:
+        (owner_dir(kernels.store) / "spare").mkdir(mode=0o700)
     files = store_files(kernels)
 
     kernel = fresh_kernel(kernels)

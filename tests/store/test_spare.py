@@ -44,24 +44,28 @@ def _blob(store: CheckpointStore, byte: int, size: int = 64 << 10) -> Path:
     return path
 
 
-def test_unused_blobs_become_spare_files_unless_a_reader_holds_them(shm: Path) -> None:
+def test_unused_blobs_become_spare_files_and_a_save_never_claims_one_a_reader_holds(shm: Path) -> None:
     store = _store(shm)
     free, read = _blob(store, 1), _blob(store, 2)
-    free_inode = free.stat().st_ino
-    reader = os.open(read, os.O_RDONLY)
-    try:
-        assert spare.lock_shared(reader, read)
-        assert collect_garbage(store, recycle_for="k1") == 2
-        assert not free.exists() and not read.exists()
-        [kept] = os.listdir(store.spare_dir)
-        assert (store.spare_dir / kept).stat().st_ino == free_inode  # the same pages, kept
-        assert spare.tag_of(kept) == "k1"  # for kernel k1's next save first
-        assert os.pread(reader, 4, 0) == bytes([2]) * 4  # the reader's blob was deleted, not reused
-    finally:
-        os.close(reader)
+    inodes = {free.stat().st_ino: 1, read.stat().st_ino: 2}
+    reader = os.open(read, os.O_RDONLY)  # a restored kernel's mapping holds its blob like this
+    assert spare.lock_shared(reader, read)
+    assert collect_garbage(store, recycle_for="k1") == 2
+    assert not free.exists() and not read.exists()
+    assert {(store.spare_dir / name).stat().st_ino for name in os.listdir(store.spare_dir)} == set(inodes)
+    assert all(spare.tag_of(name) == "k1" for name in os.listdir(store.spare_dir))  # k1's next save first
+    claimed = spare.claim(store.spare_dir, store.blobs_dir / "first")
+    assert claimed is not None and inodes[os.fstat(claimed[0]).st_ino] == 1  # the free one
+    assert spare.claim(store.spare_dir, store.blobs_dir / "second") is None  # the held one waits
+    assert os.pread(reader, 4, 0) == bytes([2]) * 4
+    os.close(reader)
+    again = spare.claim(store.spare_dir, store.blobs_dir / "second")
+    assert again is not None and inodes[os.fstat(again[0]).st_ino] == 2
+    for fd, _ in (claimed, again):
+        os.close(fd)
     _blob(store, 3)
     collect_garbage(store)  # not for a kernel (a deletion, not a suspend's recycling): freed
-    assert len(os.listdir(store.spare_dir)) == 1 and not os.listdir(store.blobs_dir)
+    assert os.listdir(store.spare_dir) == [] and sorted(os.listdir(store.blobs_dir)) == ["first", "second"]
 
 
 def test_a_reader_that_opened_a_blob_just_before_it_was_recycled_finds_it_missing(shm: Path) -> None:
@@ -117,24 +121,27 @@ def test_two_writers_never_claim_the_same_spare_file(shm: Path) -> None:
     store = _store(shm)
     for i in range(8):
         (store.spare_dir / f"f{i}").write_bytes(bytes([i]) * 4096)
-    sizes: list[int] = []
+    claimed: list[tuple[int, int] | None] = []
     lock = threading.Lock()
     start = threading.Barrier(16)
 
     def claim(n: int) -> None:
         start.wait()
-        size = spare.claim(store.spare_dir, store.blobs_dir / f"claimed-{n}")
+        got = spare.claim(store.spare_dir, store.blobs_dir / f"claimed-{n}")
         with lock:
-            sizes.append(size)
+            claimed.append(got)
 
     threads = [threading.Thread(target=claim, args=(n,)) for n in range(16)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert sorted(sizes) == [-1] * 8 + [4096] * 8
+    got = [c for c in claimed if c is not None]
+    assert len(got) == 8 and all(size == 4096 for _, size in got)
     contents = {(store.blobs_dir / name).read_bytes()[:1] for name in os.listdir(store.blobs_dir)}
     assert len(contents) == 8  # each spare file went to exactly one writer
+    for fd, _ in got:
+        os.close(fd)
 
 
 def test_a_reserve_is_allocated_whole_and_spare_files_go_with_their_kernels(shm: Path) -> None:

@@ -6,7 +6,7 @@
     <root>/<owner>/blobs/<hash>                                content-addressed, shared
     <root>/<owner>/writers/<host>-<pid>-<token>                saves in progress
     <root>/<owner>/jobs/<kernel-id>/                           a Slurm kernel's job files
-    <root>/<owner>/spare/<token>                               memory for the next save (host memory only)
+    <root>/<owner>/spare/<kernel-id|reserve>.<token>           memory for the next save (host memory only)
 
 Every name that comes from outside (a request, a manifest) is checked against these
 patterns before it is joined to a path.

@@ -104,11 +104,11 @@ def lock_shared(fd: int, path: Path) -> bool:
         return False
 
 
-def held(spare: Path, tag: str | None = None) -> int:
-    """Bytes the spare files take (those of ``tag`` only, if given)."""
+def held(folder: Path, tag: str | None = None) -> int:
+    """Bytes the files in ``folder`` take (the spare files of ``tag`` only, if given)."""
     total = 0
     try:
-        entries = list(os.scandir(spare))
+        entries = list(os.scandir(folder))
     except FileNotFoundError:
         return 0
     for entry in entries:

@@ -288,14 +288,14 @@ def check_host_memory(policy: dict[str, Any] | None) -> Check:
     if problem is not None:
         return Check("WARN", "host memory", f"suspends write straight to the store: {problem}")
     made, kept = area.spare(spare_files.RESERVE), area.spare()
-    held = f"; reserve {human_bytes(made)} allocated of {human_bytes(reserve)} ({reserve_text})" if reserve else ""
+    spare = f"; reserve {human_bytes(made)} allocated of {human_bytes(reserve)} ({reserve_text})" if reserve else ""
     if kept > made:
-        held += f"; {human_bytes(kept - made)} kept for the next suspends of kernels that staged before"
+        spare += f"; {human_bytes(kept - made)} kept for the next suspends of kernels that staged before"
     if reserve and made + spare_files.FILL_BYTES // 2 < min(reserve, limit - area.used() - (kept - made)):
-        return Check("WARN", "host memory", f"suspends stage in {root}{held}: the first suspends write into new "
+        return Check("WARN", "host memory", f"suspends stage in {root}{spare}: the first suspends write into new "
                                             "memory (is the server still making it, or is /dev/shm short?)")
     return Check("OK", "host memory", f"suspends stage in {root}: {human_bytes(area.used())} of "
-                                      f"{human_bytes(limit)} ({limit_text}) in use{held}")
+                                      f"{human_bytes(limit)} ({limit_text}) in use{spare}")
 
 
 def check_park() -> Check:

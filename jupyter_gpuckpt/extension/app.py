@@ -295,10 +295,9 @@ class GPUCheckpointApp(ExtensionApp):
             self.log.warning("gpuckpt: the staging memory in %s could not be settled: %s", host.root, e.strerror or e)
             return
         if host.reserve:
-            self.log.info("gpuckpt: staging reserve: %s of %s allocated in %s in %.1f s",
-                          human_bytes(await asyncio.to_thread(host.spare, RESERVE)), human_bytes(host.reserve),
-                          host.root,
-                          time.perf_counter() - started)
+            made = await asyncio.to_thread(host.spare, RESERVE)
+            self.log.info("gpuckpt: staging reserve: %s of %s allocated in %s in %.1f s", human_bytes(made),
+                          human_bytes(host.reserve), host.root, time.perf_counter() - started)
 
     async def stop_extension(self) -> None:
         """The server stops: what is suspended stays in the ledger (the kernels jupyter_server

@@ -66,7 +66,7 @@ def _read(fd: int, path: Path, dest: memoryview, offset: int, what: str) -> None
     threads, hashes checked), the rest through the page cache."""
     done = 0
     bulk = len(dest) // ALIGN * ALIGN
-    if bulk and offset % ALIGN == 0 and _address(dest) % ALIGN == 0:
+    if bulk and offset % ALIGN == 0 and address_of(dest) % ALIGN == 0:
         try:
             direct = os.open(path, os.O_RDONLY | os.O_DIRECT)
         except OSError:  # a file system without O_DIRECT (tmpfs)
@@ -90,7 +90,7 @@ def _read(fd: int, path: Path, dest: memoryview, offset: int, what: str) -> None
         done += n
 
 
-def _address(view: memoryview) -> int:
+def address_of(view: memoryview) -> int:
     """Address of ``view``'s first byte (views here are writable: read targets)."""
     return ctypes.addressof(ctypes.c_char.from_buffer(view)) if len(view) else 0
 

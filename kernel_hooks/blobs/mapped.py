@@ -24,7 +24,7 @@ from concurrent.futures import Future
 from gpuckpt_store import BufferRecord, IntegrityError, Piece
 from gpuckpt_store.spare import lock_shared
 
-from .folder import BlobStore, _address
+from .folder import BlobStore, address_of
 from .packs import digest_of
 from .parallel import ParallelIO
 from .sizes import SEGMENT_BYTES
@@ -63,7 +63,7 @@ class MappedBuffers:
         memory = mmap.mmap(-1, record.nbytes, flags=mmap.MAP_PRIVATE)  # the range the extents fill
         held: dict[str, int] = {}
         try:
-            base, start = _address(memoryview(memory)), 0
+            base, start = address_of(memoryview(memory)), 0
             for b, offset, count in record.extents:
                 blob = record.blobs[b]
                 fd = held.get(blob)

@@ -37,8 +37,8 @@ class Pack:
     """A blob being written: chunks appended to a temporary file, named when published.
 
     With ``spare`` (a host-memory store's spare folder), the file is a spare one if there is
-    one (kernel ``tag``'s own first), written over in place: its pages exist already, which
-    made a staged suspend's copy several times faster than into a new file
+    one (kernel ``tag``'s own first), written over in place: its pages exist already, and a
+    file written before took writes at 19 GB/s where a new one's first write ran at 1.5
     (:mod:`gpuckpt_store.spare`).
     """
 

@@ -37,27 +37,39 @@ class BlobStore:
             raise IntegrityError(f"{blob!r} is not a blob hash")
         return self.directory / blob
 
-    def read_piece(self, piece: Piece, dest: memoryview, what: str) -> None:
-        """Read ``piece`` into ``dest`` and check each chunk's hash; ``what`` names it in errors."""
-        path = self.path(piece.blob)
+    def open_held(self, blob: str, what: str) -> int:
+        """``blob`` open for reading; in a host-memory store with a shared ``flock``, so no
+        save writes over it while the fd is open (``what`` names it in errors)."""
+        path = self.path(blob)
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             raise IntegrityError(f"blob {path} of {what} is missing") from None
+        if self.spare is not None and not lock_shared(fd, path):
+            os.close(fd)
+            raise IntegrityError(f"blob {path} of {what} is missing")
+        return fd
+
+    def check(self, piece: Piece, data: memoryview, what: str) -> None:
+        """Raise unless each chunk of ``data`` (``piece``'s bytes) matches its hash."""
+        start = 0
+        for digest, length in piece.chunks:
+            if digest_of(data[start:start + length]) != digest:
+                raise IntegrityError(f"blob {self.path(piece.blob)} of {what} is corrupt: its content does not "
+                                     "match its hash")
+            start += length
+
+    def read_piece(self, piece: Piece, dest: memoryview, what: str) -> None:
+        """Read ``piece`` into ``dest`` and check each chunk's hash; ``what`` names it in errors."""
+        path = self.path(piece.blob)
+        fd = self.open_held(piece.blob, what)
         try:
-            if self.spare is not None and not lock_shared(fd, path):
-                raise IntegrityError(f"blob {path} of {what} is missing")
             if os.fstat(fd).st_size < piece.offset + len(dest):
                 raise IntegrityError(f"blob {path} of {what} is truncated")
             _read(fd, path, dest, piece.offset, what)
         finally:
             os.close(fd)
-        start = 0
-        for digest, length in piece.chunks:
-            if digest_of(dest[start:start + length]) != digest:
-                raise IntegrityError(f"blob {path} of {what} is corrupt: its content does not match its hash")
-            start += length
-
+        self.check(piece, dest, what)
 
 
 def _read(fd: int, path: Path, dest: memoryview, offset: int, what: str) -> None:

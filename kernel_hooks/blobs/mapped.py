@@ -5,8 +5,8 @@ A staged copy's pages hold the bytes already: reading them into new memory pays 
 holds the state twice. Here each extent of a buffer is mapped privately (copy on write: what
 the kernel then writes never reaches the file) at its place in one range reserved for the
 buffer, and every chunk's hash is checked through the mapping, on the read pool, before the
-buffer is used. 1.5 GB on the development VM: hashed through the mapping in 0.33 s, where
-faulting fresh memory in and reading into it took 0.68 s before the hashing.
+buffer is used (1.5 GB on the development VM, ``benchmarks/bench_suspend.py``: a resume from
+host memory in 1.09-1.28 s mapped, 2.47-2.87 s copied).
 
 While a buffer is mapped its blobs stay open with a shared ``flock``: a save never writes over
 a spare file someone holds (:func:`gpuckpt_store.spare.claim`), because a private mapping still
@@ -21,11 +21,9 @@ import os
 import weakref
 from concurrent.futures import Future
 
-from gpuckpt_store import BufferRecord, IntegrityError, Piece
-from gpuckpt_store.spare import lock_shared
+from gpuckpt_store import BufferRecord, IntegrityError
 
 from .folder import BlobStore, address_of
-from .packs import digest_of
 from .parallel import ParallelIO
 from .sizes import SEGMENT_BYTES
 
@@ -68,7 +66,7 @@ class MappedBuffers:
                 blob = record.blobs[b]
                 fd = held.get(blob)
                 if fd is None:
-                    fd = held[blob] = self._open(blob, what)
+                    fd = held[blob] = self.blobs.open_held(blob, what)
                 length = min(count * record.chunk, record.nbytes - start)
                 if os.fstat(fd).st_size < offset + length:  # a mapping past the end faults
                     raise IntegrityError(f"blob {self.blobs.path(blob)} of {what} is truncated")
@@ -80,29 +78,10 @@ class MappedBuffers:
             raise
         weakref.finalize(memory, _close, list(held.values()))  # the locks go with the mapping
         view = memoryview(memory)
-        checks = [self.io.submit(self._verify, piece, view[piece.start:piece.start + piece.nbytes], what,
+        checks = [self.io.submit(self.blobs.check, piece, view[piece.start:piece.start + piece.nbytes], what,
                                  nbytes=piece.nbytes)
                   for piece in record.pieces(SEGMENT_BYTES)]
         return memory, checks
-
-    def _open(self, blob: str, what: str) -> int:
-        path = self.blobs.path(blob)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            raise IntegrityError(f"blob {path} of {what} is missing") from None
-        if not lock_shared(fd, path):
-            os.close(fd)
-            raise IntegrityError(f"blob {path} of {what} is missing")
-        return fd
-
-    def _verify(self, piece: Piece, view: memoryview, what: str) -> None:
-        start = 0
-        for digest, length in piece.chunks:
-            if digest_of(view[start:start + length]) != digest:
-                raise IntegrityError(f"blob {self.blobs.path(piece.blob)} of {what} is corrupt: its content "
-                                     "does not match its hash")
-            start += length
 
 
 def _map(address: int, length: int, fd: int, offset: int) -> None:

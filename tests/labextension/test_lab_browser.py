@@ -24,6 +24,7 @@ from browser import (  # noqa: F401 (chromium: autouse)
     SKIP,
     STATUS,
     TOGGLE,
+    KernelTraffic,
     chromium,
     new_notebook,
     run_cell,
@@ -127,7 +128,8 @@ def browser_page(lab: Server, scenario: str) -> Iterator[tuple[Page, Callable[..
     """A page on ``lab`` and ``shot(name, locator=None, docs=None)``, which saves a screenshot
     as ``<scenario>-NN-<name>.png`` (of ``locator`` only, if given), and as the docs' picture
     ``docs/images/<docs>.png`` if ``docs`` names one (the docs show what these tests saw). On a
-    failure it takes one more and prints the browser's last errors."""
+    failure it takes one more and prints the browser's last errors, its last kernel messages
+    and the end of the server's log."""
     from playwright.sync_api import Locator, sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -141,6 +143,7 @@ def browser_page(lab: Server, scenario: str) -> Iterator[tuple[Page, Callable[..
             page = browser.new_page(viewport={"width": 1400, "height": 850})
             page.on("console", lambda m: console.append(f"{m.type}: {m.text}") if m.type in ("error", "warning")
                     else None)
+            traffic = KernelTraffic(page)
 
             def shot(name: str, locator: Locator | None = None, docs: str | None = None) -> None:
                 path = ARTIFACTS / f"{scenario}-{len(shots) + 1:02d}-{name}.png"
@@ -156,6 +159,9 @@ def browser_page(lab: Server, scenario: str) -> Iterator[tuple[Page, Callable[..
             except Exception:
                 shot("failure")
                 print("\n".join(console[-30:]))
+                print("kernel messages (s, > sent, < received):", *traffic.lines[-80:], sep="\n  ")
+                log = lab.root.parent / "server.log"
+                print("server log:", *log.read_text(errors="replace").splitlines()[-60:], sep="\n  ")
                 raise
         finally:
             browser.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,39 +48,44 @@ def run_cell(page: Page, index: int, code: str) -> Any:
 
 
 class KernelTraffic:
-    """A line for each kernel message the page sent or got over its kernel websockets, for a
+    """The page's last kernel messages (sent and received over its kernel websockets), for a
     failing test to print: whether a cell's request reached the server and what came back (or
-    did not) is what a screenshot cannot show."""
+    did not) is what a screenshot cannot show. Frames are kept as they came and read only
+    when printed, so a passing test pays nothing but the copy."""
 
-    def __init__(self, page: Page) -> None:
-        self.lines: list[str] = []
+    def __init__(self, page: Page, keep: int = 80) -> None:
+        self._frames: deque[tuple[float, str, str | bytes | None]] = deque(maxlen=keep)
         self._start = time.monotonic()
         page.on("websocket", self._watch)
 
     def _watch(self, ws: WebSocket) -> None:
         if "/channels" in ws.url:
-            ws.on("framesent", lambda payload: self._note(">", payload))
-            ws.on("framereceived", lambda payload: self._note("<", payload))
-            ws.on("close", lambda _: self.lines.append(f"{self._now()} websocket closed"))
+            ws.on("framesent", lambda payload: self._frames.append((time.monotonic(), ">", payload)))
+            ws.on("framereceived", lambda payload: self._frames.append((time.monotonic(), "<", payload)))
+            ws.on("close", lambda _: self._frames.append((time.monotonic(), "closed", None)))
 
-    def _now(self) -> str:
-        return f"{time.monotonic() - self._start:7.2f}"
+    def lines(self) -> list[str]:
+        """A line per frame: seconds since the page opened, direction, channel, type, the
+        message's id and its parent's, and its state or code."""
+        return [f"{at - self._start:7.2f} {direction} {self._describe(payload)}"
+                for at, direction, payload in self._frames]
 
-    def _note(self, direction: str, payload: str | bytes) -> None:
+    @staticmethod
+    def _describe(payload: str | bytes | None) -> str:
         from jupyter_server.services.kernels.connection.base import deserialize_msg_from_ws_v1
 
+        if payload is None:
+            return "websocket"
         try:
             if isinstance(payload, bytes):
                 channel, parts = deserialize_msg_from_ws_v1(payload)
                 header, parent, content = (json.loads(parts[i]) for i in (0, 1, 3))
             else:
                 msg = json.loads(payload)
-                channel, header, parent, content = msg.get("channel"), msg["header"], msg["parent_header"], \
-                    msg["content"]
+                channel, header, parent, content = (msg.get("channel"), *(msg[k] for k in (
+                    "header", "parent_header", "content")))
         except (ValueError, KeyError, IndexError) as e:  # not a kernel message: say so, keep the rest
-            self.lines.append(f"{self._now()} {direction} unreadable frame ({e})")
-            return
+            return f"unreadable frame ({e})"
         detail = content.get("execution_state") or content.get("code") or ""
-        self.lines.append(f"{self._now()} {direction} {channel} {header.get('msg_type')} "
-                          f"{header.get('msg_id', '')[:8]} parent={(parent or {}).get('msg_id', '')[:8]} "
-                          f"{str(detail)[:40]!r}")
+        return (f"{channel} {header.get('msg_type')} {header.get('msg_id', '')[:8]} "
+                f"parent={(parent or {}).get('msg_id', '')[:8]} {str(detail)[:40]!r}")

@@ -159,7 +159,7 @@ def browser_page(lab: Server, scenario: str) -> Iterator[tuple[Page, Callable[..
             except Exception:
                 shot("failure")
                 print("\n".join(console[-30:]))
-                print("kernel messages (s, > sent, < received):", *traffic.lines[-80:], sep="\n  ")
+                print("kernel messages (s, > sent, < received):", *traffic.lines(), sep="\n  ")
                 log = lab.root.parent / "server.log"
                 print("server log:", *log.read_text(errors="replace").splitlines()[-60:], sep="\n  ")
                 raise

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .report import PlannedCell, RebuildPlan, RebuildResult, error_text
-from .state import rng
+from .state import compiler_globals, rng
 from .state.lineage import plan_rebuild
 from .state.namespace import user_variables
 from .state.session import KernelSession
@@ -132,8 +132,11 @@ class _Run:
         wanted = set(self.planned.names)
         made = [name for name in self.namespace if name not in self.before and name not in wanted]
         made_by_user = user_variables({name: self.namespace[name] for name in made}, self.shell.user_ns_hidden)
+        # what a compiler installed for the cells' compiled code stays: that code looks it up
+        generated = compiler_globals.generated({name: self.namespace[name] for name in made})
         for name in made:
-            del self.namespace[name]
+            if name not in generated:
+                del self.namespace[name]
         result = self.result
         result.removed = sorted(made_by_user)
         result.names = [name for name in self.planned.names if name in self.namespace]

@@ -32,9 +32,9 @@ from typing import Any
 
 import cloudpickle
 
-from . import isolation, reducer_table
+from . import isolation, reducer_table, shared_state, weak_references, wrapped_functions
 from .arrays import OutOfBand
-from .live_objects import on_commit
+from .live_objects import on_commit, variable_built
 
 
 @contextlib.contextmanager
@@ -60,6 +60,9 @@ class Variable:
 
 
 def _variable(name: str | None, value: Any) -> tuple[str | None, Any]:
+    """The pickle calls this once each variable's value is built: the live objects' actions
+    given until now are this variable's (see :func:`.live_objects.variable_built`)."""
+    variable_built(name)
     return name, value
 
 
@@ -258,6 +261,11 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
         if kind is types.FunctionType:
             if obj.__globals__ is self._namespace:
                 return _reduce_notebook_function(obj)
+            if "__wrapped__" in obj.__dict__:  # a library's wrapper, maybe under a notebook function's name
+                rewrap = wrapped_functions.reduce_function(obj)
+                if rewrap is not None:
+                    self.modules_seen.add(obj.__globals__.get("__name__") or "")
+                    return rewrap
             self.modules_seen.add(obj.__module__ or "")
         elif isinstance(obj, type):
             self.modules_seen.add(obj.__module__)
@@ -271,6 +279,10 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
                 self.modules_seen.add(obj.__name__)
             reducer = self._cloudpickle_table.get(kind)
             if reducer is not None:
+                return reducer(obj)
+            reducer = shared_state.reducer(obj)
+            if reducer is not None:  # instances that share state through their class
+                self._reducers[kind] = reducer
                 return reducer(obj)
             self._instances[kind] = _default_newobj_args(obj, self.proto)
             return self.reducer_override(obj)
@@ -318,9 +330,11 @@ def load(data: bytes | bytearray | memoryview, buffers: Iterable[Any]) -> Any:
     counts towards the next collection, and the collections that triggered, over the
     whole growing heap, took half of unpickling 200,000 dataclass instances and 200,000
     dicts (1.1 to 1.5 s, 0.6 to 0.9 s without). Those objects are then collected as
-    usual: the kernel's next collections took about 0.2 s longer, once.
+    usual: the kernel's next collections took about 0.2 s longer, once. A load that rebuilt
+    weak references ends with one collection of the young generation (see
+    :func:`.weak_references.settling`).
     """
-    with _gc_paused():
+    with _gc_paused(), weak_references.settling():
         return pickle.loads(data, buffers=buffers)
 
 
@@ -332,5 +346,5 @@ def load_isolated(data: bytes | bytearray | memoryview, buffers: Iterable[Any]
 
     Returns the ``(name, value)`` tuples kept and, for each variable lost, why.
     """
-    with _gc_paused():
+    with _gc_paused(), weak_references.settling():
         return isolation.load(data, buffers, _variable)

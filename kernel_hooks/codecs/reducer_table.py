@@ -34,6 +34,14 @@ def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
         from . import arrow_arrays
 
         table.update(arrow_arrays.reducers(out))
+    # Wrappers saved as the way they wrap (torch.compile, functools.lru_cache); see .wrapped_functions.
+    from . import wrapped_functions
+
+    table.update(wrapped_functions.reducers())
+    # Weak references, to the objects of the same pickle (always: weakref is always imported).
+    from . import weak_references
+
+    table.update(weak_references.reducers())
     # Live objects (locks, loggers, executors, DataLoaders, widgets, bokeh models),
     # rebuilt as working objects on restore; see .live_objects.
     from . import live_objects

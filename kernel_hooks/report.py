@@ -71,10 +71,21 @@ class SaveResult:
 
 @dataclass
 class RestoreReport:
-    """The outcome of :func:`kernel_hooks.restore_checkpoint`, shown to the user."""
+    """The outcome of :func:`kernel_hooks.restore_checkpoint`, shown to the user.
+
+    Each variable of the checkpoint comes back as one of three kinds, which the text counts:
+    restored, of which some are *rebuilt* (a live part of theirs started again: a pool's
+    workers, a widget's comm, a dask cluster), and not restored (not saved, lost here, or
+    rebuilt but a live part of theirs could not be started again), each with the reason and
+    the cells that make it again.
+
+    .. versionchanged:: 0.2
+       ``started_again`` and ``not_set_up``; ``counts`` in :meth:`to_json`.
+    """
 
     id: str
     restored: list[str]
+    """The variables in the namespace now, as saved: ``started_again`` among them."""
     nbytes: int
     skipped: list[SkippedVariable]
     """Left out when the checkpoint was saved."""
@@ -84,29 +95,53 @@ class RestoreReport:
     had_outputs: bool = False
     """The checkpointed kernel had outputs in ``Out``, which are not restored."""
     seconds: float = 0.0
+    started_again: list[str] = field(default_factory=list)
+    """Of ``restored``, those with a live part started again: the text's *rebuilt* (the key
+    ``rebuilt`` that the server adds to its copy of the report is what ``%gpuckpt rebuild`` did)."""
+    not_set_up: list[SkippedVariable] = field(default_factory=list)
+    """Unpickled, but a live part of theirs could not be started again (a scheduler that does
+    not answer, a log file's folder that is gone): taken out of the namespace, for rebuild to make."""
+
+    @property
+    def not_restored(self) -> list[SkippedVariable]:
+        return [*self.skipped, *self.lost, *self.not_set_up]
 
     @property
     def cells_to_rerun(self) -> list[int]:
-        return sorted({c for s in (*self.skipped, *self.lost) for c in s.cells})
+        return sorted({c for s in self.not_restored for c in s.cells})
 
     def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "cells_to_rerun": self.cells_to_rerun, "text": str(self)}
+        counts = {"restored": len(self.restored), "rebuilt": len(self.started_again),
+                  "not_restored": len(self.not_restored)}
+        return {**asdict(self), "counts": counts, "cells_to_rerun": self.cells_to_rerun, "text": str(self)}
 
     def __str__(self) -> str:
+        rebuilt = f"{len(self.started_again)} rebuilt: {_names(self.started_again)}; " if self.started_again else ""
+        missing = len(self.not_restored)
         lines = [
-            f"Restored {_count(len(self.restored), 'variable')} ({human_bytes(self.nbytes)}) from "
-            f"checkpoint {self.id} in {self.seconds:.1f} s."
+            f"Restored {_count(len(self.restored), 'variable')} ({rebuilt}{human_bytes(self.nbytes)}) from "
+            f"checkpoint {self.id} in {self.seconds:.1f} s{f'; {missing} not restored' if missing else ''}."
         ]
         lines += [f"Warning: {w}" for w in self.warnings]
-        for missing, why in ((self.skipped, "saved"), (self.lost, "rebuilt")):
-            if missing:
-                lines.append(f"Not restored, they could not be {why} ({len(missing)}):")
-                lines += [f"  {s.line()}" for s in missing]
+        for kind, why in ((self.skipped, "saved"), (self.lost, "rebuilt"), (self.not_set_up, "set up again")):
+            if kind:
+                lines.append(f"Not restored, they could not be {why} ({len(kind)}):")
+                lines += [f"  {s.line()}" for s in kind]
         if self.had_outputs:
             lines.append("Outputs of earlier cells (Out, _) are not restored.")
         if self.cells_to_rerun:
             lines.append(f"Cells to re-run: {', '.join(map(str, self.cells_to_rerun))}")
         return "\n".join(lines)
+
+
+_NAMED = 8
+"""How many rebuilt variables the report's first line names."""
+
+
+def _names(names: list[str]) -> str:
+    if len(names) <= _NAMED:
+        return ", ".join(names)
+    return f"{', '.join(names[:_NAMED])} and {len(names) - _NAMED} more"
 
 
 @dataclass

@@ -200,6 +200,6 @@ class OperationRunner:
         lines = [headline, str(report.get("text") or ""),
                  offer.get(self.registry.settings.rebuild_skipped, "") if cells else ""]
         record.pending_report = "\n".join(line for line in lines if line)
-        missing = [s["name"] for s in [*(report.get("skipped") or []), *(report.get("lost") or [])]]
+        missing = [s["name"] for kind in ("skipped", "lost", "not_set_up") for s in report.get(kind) or []]
         if missing or notice:  # the report has the reasons
             record.notice = headline + (f" Not restored: {', '.join(missing)}." if missing else "")

@@ -18,23 +18,34 @@ the actions read (whether the notebook's page kept its comms). A restore that fa
 pass read again (see :mod:`.isolation`), drops them, so the kernel is left as it was and
 nothing is opened twice. Until then such an object is only built (a bare pool, a handler
 without its stream, a widget without its comm), and only the restore holds it; the user's
-next cell finds every one set up. One whose set-up fails stays in the namespace without it
-(a widget with no comm, a pool never started), and the restore report says which. On the
-isolating pass, an object that only a lost variable held is set up too.
+next cell finds every one set up. On the isolating pass, an object that only a lost variable
+held is set up too.
+
+The restore report tells the user what each variable came back as, so each action belongs to
+a variable: the one the unpickler was building when the action was given (the pickle calls
+:func:`variable_built` as it completes each variable). An object shared between variables
+is built, and its action given, within the first of them in the namespace's order, which
+the report names for it (as the save counts a shared buffer's bytes for the first variable
+that holds it). A variable whose objects started a live part again (an action of a codec in
+:data:`_CODECS` ran) is *rebuilt*; one with an object whose set-up failed is *not
+restored*: the restore takes it out of the namespace, so that ``%gpuckpt rebuild`` makes it
+again, and the report gives the reason and the cells that made it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import sys
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..report import error_text
+from .holding import holding
 
 Reducer = Callable[[Any], Any]
 
@@ -50,6 +61,11 @@ _CODECS = (
     ("bokeh.model", "bokeh_models"),
     ("astropy.wcs", "wcs_params"),
     ("matplotlib.cbook", "matplotlib_callbacks"),
+    ("accelerate.state", "accelerate_states"),
+    ("torch.utils.tensorboard", "tensorboard_writers"),
+    ("wandb.sdk.wandb_run", "wandb_runs"),
+    ("mlflow.tracking.fluent", "mlflow_runs"),
+    ("distributed", "dask_clusters"),
 )
 """(the library that must be imported already, the codec module for its objects)."""
 
@@ -112,13 +128,19 @@ def reducers() -> dict[type, Reducer]:
 Action = tuple[str, Callable[[], None]]
 """What an object does once the restore commits, and what it is, for the report."""
 
-_pending: ContextVar[list[Action] | None] = ContextVar("_pending", default=None)
-"""The actions of the unpickling pass under way in this thread, if a restore is collecting them."""
+_pending: ContextVar[Activations | None] = ContextVar("_pending", default=None)
+"""The unpickling pass under way in this thread, if a restore is collecting its actions."""
 
 
 def on_commit(what: str, action: Callable[[], None]) -> None:
     """Run ``action`` once the restore unpickling this object commits, or at once if no
     restore is collecting (the object was unpickled some other way).
+
+    An action of a live-object codec (a module of :data:`_CODECS`) that runs counts its
+    variable as rebuilt in the restore report; others (a notebook function's source, put
+    back for tracebacks) only restore. One that fails leaves its variable not restored, and
+    every other variable that holds the object it sets up: a ``functools.partial``'s first
+    argument, or the items of the action's ``objects`` (one action for many objects).
 
     Parameters
     ----------
@@ -129,11 +151,72 @@ def on_commit(what: str, action: Callable[[], None]) -> None:
         Actions run in the order they were given, which is the order the unpickler finished
         the objects: an object's parts (a box's children, a logger's handlers) come first.
     """
-    pending = _pending.get()
-    if pending is None:
+    activations = _pending.get()
+    if activations is None:
         action()
     else:
-        pending.append((what, action))
+        activations.pending.append((what, action))
+
+
+def variable_built(name: str | None) -> None:
+    """Called by the pickle as it completes each variable, after its value: the actions
+    given since the last variable completed are this one's."""
+    activations = _pending.get()
+    if activations is not None and len(activations.pending) > activations.owned:
+        activations.owned = len(activations.pending)
+        activations.owners.append((activations.owned, name))
+
+
+def latest_action() -> Callable[[], None] | None:
+    """The action last given within the variable being unpickled, if any: a codec whose
+    objects come in numbers (a dask collection's futures) adds to it rather than giving one
+    per object."""
+    activations = _pending.get()
+    if activations is None or len(activations.pending) == activations.owned:
+        return None
+    return activations.pending[-1][1]
+
+
+@dataclass
+class SetUp:
+    """What running one pass's actions did, by the variable each belongs to (see the module doc)."""
+
+    started: list[str] = field(default_factory=list)
+    """Variables whose objects started a live part again, none failing: the report's rebuilt."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """Variables with an object whose set-up failed, and why (the first that failed)."""
+    unowned: list[str] = field(default_factory=list)
+    """Why each action that belongs to no variable (the process's settings) failed."""
+    broken: dict[int, tuple[Any, str, str]] = field(default_factory=dict)
+    """The objects whose set-up failed (see :func:`on_commit`), by id, with their variable and why."""
+
+    def holders(self, variables: Iterable[tuple[str, Any]], namespace: dict[str, Any]) -> dict[str, str]:
+        """Of ``variables`` (names and values), those not failed that hold an object whose
+        set-up failed (a collection built on a persisted one holds its futures), and why: an
+        object shared between variables is set up within the first of them only."""
+        if not self.broken:
+            return {}
+        held = holding([(name, value) for name, value in variables if name not in self.failed],
+                       self.broken.keys(), skip=namespace)
+        return {name: "holds an object of {1}: {2}".format(*self.broken[oid]) for name, oid in held.items()}
+
+
+_LIVE_CODECS = frozenset(f"{__package__}.{codec}" for _, codec in _CODECS)
+
+
+def _starts_live_part(action: Callable[[], None]) -> bool:
+    """Whether ``action`` was given by a live-object codec (its function is one of theirs)."""
+    while isinstance(action, functools.partial):
+        action = action.func
+    return getattr(action, "__module__", None) in _LIVE_CODECS
+
+
+def _objects(action: Callable[[], None]) -> Iterable[Any]:
+    """What ``action`` sets up (see :func:`on_commit`)."""
+    if isinstance(action, functools.partial):
+        return action.args[:1]
+    objects: Iterable[Any] = getattr(action, "objects", ())
+    return objects
 
 
 @dataclass(frozen=True)
@@ -157,33 +240,52 @@ def commit_context() -> CommitContext:
 
 
 class Activations:
-    """The actions one unpickling pass collected (see :func:`collecting`)."""
+    """The actions one unpickling pass collected (see :func:`collecting`), and the variable
+    each belongs to."""
 
     def __init__(self) -> None:
         self.pending: list[Action] = []
+        self.owners: list[tuple[int, str | None]] = []
+        """``(end, name)``: the actions before ``end`` and after the previous entry's are ``name``'s."""
+        self.owned = 0
+        """How many of the actions belong to a variable completed so far."""
 
-    def run(self, context: CommitContext | None = None) -> list[str]:
+    def run(self, context: CommitContext | None = None) -> SetUp:
         """Run every action, each on its own, once, with ``context`` as :func:`commit_context`;
-        returns why each that failed did (its object is restored, without what the action does)."""
-        failures = []
-        pending, self.pending = self.pending, []
+        returns what they did, by variable (one that fails does not stop the others)."""
+        pending, owners = self.pending, [*self.owners, (len(self.pending), None)]
+        self.pending, self.owners, self.owned = [], [], 0
+        outcome, live = SetUp(), dict[str, None]()  # the variables, in order
         token = _context.set(context)
         try:
-            for what, action in pending:
+            part = 0
+            for i, (what, action) in enumerate(pending):
+                while owners[part][0] <= i:
+                    part += 1
+                owner = owners[part][1]
                 try:
                     action()
                 except Exception as e:
-                    failures.append(f"{what} was restored but could not be set up again: {error_text(e)}")
+                    if owner is None:
+                        outcome.unowned.append(f"{what} was restored but could not be set up again: {error_text(e)}")
+                    else:
+                        why = f"{what} could not be set up again: {error_text(e)}"
+                        outcome.failed.setdefault(owner, why)
+                        outcome.broken.update((id(o), (o, owner, why)) for o in _objects(action))
+                else:
+                    if owner is not None and _starts_live_part(action):
+                        live[owner] = None
         finally:
             _context.reset(token)
-        return failures
+        outcome.started = [name for name in live if name not in outcome.failed]
+        return outcome
 
 
 @contextlib.contextmanager
 def collecting() -> Iterator[Activations]:
     """Collect the actions of the objects unpickled inside, for the restore to run once it commits."""
     activations = Activations()
-    token = _pending.set(activations.pending)
+    token = _pending.set(activations)
     try:
         yield activations
     finally:

@@ -43,17 +43,24 @@ def _configure_on_commit(logger: logging.Logger, config: dict[str, Any]) -> None
 
 
 def _configure(logger: logging.Logger, config: dict[str, Any]) -> None:
+    """Give ``logger`` its saved configuration, leaving out a handler whose own set-up failed
+    (a bare handler raised on every later record), and then fail, so the report says so."""
     logger.setLevel(config["level"])
     logger.propagate = config["propagate"]
     logger.disabled = config["disabled"]
     for handler in list(logger.handlers):
         logger.removeHandler(handler)
+    broken = [handler for handler in config["handlers"] if "lock" not in vars(handler)]
     for handler in config["handlers"]:
-        logger.addHandler(handler)
+        if handler not in broken:
+            logger.addHandler(handler)
     for log_filter in list(logger.filters):
         logger.removeFilter(log_filter)
     for log_filter in config["filters"]:
         logger.addFilter(log_filter)
+    if broken:
+        raise RuntimeError(f"its {', '.join(type(h).__name__ for h in broken)} could not be set up again, "
+                           "so the logger runs without it")
 
 
 def _reduce_logger(logger: logging.Logger) -> Any:

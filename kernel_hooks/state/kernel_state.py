@@ -14,10 +14,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-# Set per kernel process by its launcher; carrying them over would point the restored
-# kernel at the old one's GPUs or connection.
+# Set per kernel process by its launcher (or, WANDB_SERVICE, by wandb for the service process it
+# started); carrying them over would point the restored kernel at the old one's GPUs, connection
+# or service, which ended with it.
 _LAUNCH_ONLY = frozenset({"CUDA_VISIBLE_DEVICES", "JPY_PARENT_PID", "JPY_SESSION_NAME", "PWD",
-                          "OLDPWD", "_"})
+                          "OLDPWD", "_", "WANDB_SERVICE"})
 
 
 @dataclass

@@ -32,7 +32,7 @@ class KernelSession:
         """Called by :func:`~kernel_hooks.restore_checkpoint` once the namespace holds the
         checkpoint's variables."""
         self.last_restore = report
-        self.to_rebuild = [*report.skipped, *report.lost]
+        self.to_rebuild = report.not_restored
 
 
 _current: KernelSession | None = None

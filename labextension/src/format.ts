@@ -294,10 +294,15 @@ export function notRestoredText(
   report: {
     skipped?: { name: string; reason: string }[];
     lost?: { name: string; reason: string }[];
+    not_set_up?: { name: string; reason: string }[];
   },
   trans: ITrans
 ): string {
-  const missing = [...(report.lost ?? []), ...(report.skipped ?? [])];
+  const missing = [
+    ...(report.lost ?? []),
+    ...(report.not_set_up ?? []),
+    ...(report.skipped ?? [])
+  ];
   return missing.length
     ? missing.map(s => `${s.name} (${s.reason})`).join('; ')
     : trans.__('nothing');

@@ -95,6 +95,12 @@ export interface IRestoreReport {
   nbytes: number;
   skipped: ISkippedVariable[];
   lost: ISkippedVariable[];
+  /** Restored with a live part that could not start again: not in the namespace (older kernels: absent). */
+  not_set_up?: ISkippedVariable[];
+  /** Restored, with a live part started again (a pool's workers, a cluster): the text's "rebuilt". */
+  started_again?: string[];
+  /** How many of each kind the text names. */
+  counts?: { restored: number; rebuilt: number; not_restored: number };
   warnings: string[];
   seconds: number;
   cells_to_rerun: number[];

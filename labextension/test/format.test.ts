@@ -377,7 +377,7 @@ test('survivorsText lists the processes that outlived a suspend', () => {
   );
 });
 
-test('notRestoredText names what a restore lost or skipped, with why', () => {
+test('notRestoredText names what a restore lost, could not set up or skipped, with why', () => {
   assert.equal(
     notRestoredText(
       {
@@ -387,6 +387,19 @@ test('notRestoredText names what a restore lost or skipped, with why', () => {
       trans
     ),
     'h (failed to load); g (cannot pickle generator)'
+  );
+  assert.equal(
+    notRestoredText(
+      {
+        lost: [],
+        not_set_up: [
+          { name: 'client', reason: 'the scheduler does not answer' }
+        ],
+        skipped: [{ name: 'g', reason: 'cannot pickle generator' }]
+      },
+      trans
+    ),
+    'client (the scheduler does not answer); g (cannot pickle generator)'
   );
   assert.equal(notRestoredText({ lost: [], skipped: [] }, trans), 'nothing');
 });

@@ -24,6 +24,8 @@ raw write-behind  the same, but each write is followed by ``posix_fadvise(DONTNE
                   shows what the disk itself can do.
 raw read          that file read back in 8 MiB ``readinto`` calls after the page cache
                   was dropped: sequential read speed.
+raw read, fresh   the same, but into new memory the size of the file, each page faulted in by
+  memory          its first write, as a restore reads: the yardstick of C restore.
 A save            workload A, ``--size-gb`` of random float64 numpy arrays in 20
                   variables, saved into an empty store (a new one each run, so nothing
                   is deduplicated).
@@ -33,6 +35,12 @@ B save            workload B, a stack of ``nn.Linear`` layers with Adam after on
                   (about 50M parameters per GB of ``--size-gb``: weights, gradients and
                   both Adam moments, 16 bytes a parameter), saved into an empty store.
 B restore         as A restore, into a fresh kernel with torch imported.
+C save            workload C, ``--size-gb`` of Arrow-backed string columns in a pandas
+                  DataFrame (``string[pyarrow]`` and ``pd.ArrowDtype(pa.string())``, chunks of
+                  1M strings of 8 to 71 letters, as Arrow readers make them), saved into an
+                  empty store.
+C restore         as A restore, into a fresh kernel with pandas imported, against raw read
+                  into fresh memory.
 A incremental     after A's full save, 1% of its bytes are overwritten (a contiguous
                   slice in each of 4 arrays) and the kernel is saved again into the
                   same store.
@@ -40,11 +48,11 @@ A incremental     after A's full save, 1% of its bytes are overwritten (a contig
 Columns: ``GB`` is the checkpoint's size (pickle and buffers), ``GB written`` what the
 save wrote (an incremental save only writes the 8 MiB chunks that changed), ``GB/s`` is
 ``GB`` over the median time, and ``% of raw`` compares that with the faster raw write
-(saves) or with raw read (restores). The cache line says how the page cache was dropped
-and how much of the files was still in it when reading began (measured with
-``mincore``); a cache below this machine (a hypervisor's or a storage server's) cannot
-be seen or dropped from here. The load average at the start is printed because other
-work on the machine slows every row.
+(saves) or with raw read (A and B restores; C's with raw read into fresh memory). The cache
+line says how the page cache was dropped and how much of the files was still in it when
+reading began (measured with ``mincore``); a cache below this machine (a hypervisor's or a
+storage server's) cannot be seen or dropped from here. The load average at the start is
+printed because other work on the machine slows every row.
 """
 
 from __future__ import annotations
@@ -80,6 +88,9 @@ CHANGED_ARRAYS = 4
 CHANGED_FRACTION = 0.01
 LAYER_WIDTH = 2048
 PARAMS_PER_GB = 50_000_000
+STRING_CHUNK_ROWS = 1 << 20
+STRING_BYTES_PER_ROW = 4 + 39.5
+"""An Arrow string's offset and its 8 to 71 letters, on average."""
 QUICK_GB = 0.1
 
 BUILD_A = """\
@@ -96,6 +107,25 @@ model = torch.nn.Sequential(*(torch.nn.Linear({width}, {width}) for _ in range({
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 model(torch.randn(8, {width})).square().mean().backward()
 optimizer.step()
+"""
+
+BUILD_C = """\
+import numpy as np, pandas as pd, pyarrow as pa
+
+def _strings(rows, seed):
+    rng = np.random.default_rng(seed)
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(rng.integers(8, 72, rows), out=offsets[1:])
+    data = rng.integers(97, 123, int(offsets[-1]), dtype=np.uint8)
+    return pa.StringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(data))
+
+def _column(seed):
+    return pa.chunked_array([_strings(min({chunk}, {rows} - start), seed + start)
+                             for start in range(0, {rows}, {chunk})])
+
+strings = pd.DataFrame({{"name": pd.Series(pd.arrays.ArrowStringArray(_column(0)), dtype="string[pyarrow]"),
+                        "note": pd.Series(pd.arrays.ArrowExtensionArray(_column(1 << 40)))}})
+del _strings, _column
 """
 
 # Bench code runs through exec() with its own globals, so it leaves no names in the
@@ -137,6 +167,15 @@ result = {"fingerprint": [float(p.detach().flatten()[::4099].double().sum()) for
              all(a is b for a, b in zip(optimizer.param_groups[0]["params"], weights))]}
 """
 
+FINGERPRINT_C = """\
+import pyarrow as pa, pyarrow.compute as pc
+frame = shell.user_ns["strings"]
+columns = [frame[name].array.__arrow_array__() for name in frame]
+result = {"fingerprint": [str(frame[name].dtype) for name in frame]
+          + [pc.sum(pc.binary_length(c)).as_py() for c in columns]
+          + [c.take(pa.array(range(0, len(c), 99_991))).to_pylist() for c in columns]}
+"""
+
 VERSIONS = """\
 import platform
 result = {"python": platform.python_version(), "executable": sys.executable,
@@ -154,7 +193,7 @@ class Row:
     seconds: list[float] = field(default_factory=list)
     nbytes: int = 0
     written: int | None = None
-    baseline: str | None = None  # "write" or "read": the fastest raw row of it is 100%
+    baseline: str | None = None  # "write", "read" or "fresh read": the fastest raw row of it is 100%
 
     @property
     def median(self) -> float:
@@ -207,26 +246,30 @@ class Bench:
         self.cache = CacheLog()
         self.versions: dict[str, Any] = {}
         self.rows = {name: Row(name, baseline=baseline) for name, baseline in (
-            ("raw write", None), ("raw write-behind", None), ("raw read", None),
+            ("raw write", None), ("raw write-behind", None), ("raw read", None), ("raw read, fresh memory", None),
             ("A save", "write"), ("A restore", "read"), ("B save", "write"),
-            ("B restore", "read"), ("A incremental", "write"))}
+            ("B restore", "read"), ("A incremental", "write"), ("C save", "write"), ("C restore", "fresh read"))}
 
     def run(self, runs: int) -> None:
         """Each run measures everything once, so a drift of the disk's speed hits all rows."""
         length = self.nbytes // 8 // ARRAYS
         layers = max(1, round(self.nbytes / GB * PARAMS_PER_GB / (LAYER_WIDTH * (LAYER_WIDTH + 1))))
         self.versions["B parameters"] = layers * LAYER_WIDTH * (LAYER_WIDTH + 1)
-        with self.kernels.start() as a, self.kernels.start() as b:
+        rows = int(self.nbytes / 2 / STRING_BYTES_PER_ROW)
+        with self.kernels.start() as a, self.kernels.start() as b, self.kernels.start() as c:
             a.run(BUILD_A.format(arrays=ARRAYS, length=length))
             b.run(BUILD_B.format(width=LAYER_WIDTH, layers=layers))
+            c.run(BUILD_C.format(rows=rows, chunk=STRING_CHUNK_ROWS))
             self.versions.update(a.call(VERSIONS))
             self.versions.update(b.call(VERSIONS))
             fingerprint_b = b.call(FINGERPRINT_B)["fingerprint"]
+            fingerprint_c = c.call(FINGERPRINT_C)["fingerprint"]
             progress("workloads built")
             for run in range(runs):
                 self.raw(run)
                 self.workload_a(a, run, length)
                 self.workload_b(b, run, fingerprint_b)
+                self.workload_c(c, run, fingerprint_c)
                 progress(f"run {run + 1}/{runs} done")
 
     def raw(self, run: int) -> None:
@@ -234,8 +277,9 @@ class Bench:
         for name, write_behind in (("raw write", False), ("raw write-behind", True)):
             self.rows[name].seconds.append(raw_write(path, self.nbytes, write_behind))
             self.rows[name].nbytes = self.nbytes
-        self.rows["raw read"].seconds.append(raw_read(path, self.cache))
-        self.rows["raw read"].nbytes = self.nbytes
+        for name, fresh in (("raw read", False), ("raw read, fresh memory", True)):
+            self.rows[name].seconds.append(raw_read(path, self.cache, fresh))
+            self.rows[name].nbytes = self.nbytes
         if not self.keep:
             path.unlink()
 
@@ -256,6 +300,13 @@ class Bench:
                       self.cache, self.rows["B restore"])
         self.remove(store)
 
+    def workload_c(self, kernel: Kernel, run: int, expected: list[Any]) -> None:
+        store = self.root / "stores" / f"C-{run}"
+        checkpoint_id = timed_save(kernel, store, self.rows["C save"])
+        timed_restore(self.kernels, store, checkpoint_id, ("pandas",), FINGERPRINT_C, expected,
+                      self.cache, self.rows["C restore"])
+        self.remove(store)
+
     def remove(self, store: Path) -> None:
         """Free a store's space at once: the bench needs room for one run only."""
         if not self.keep:
@@ -265,8 +316,9 @@ class Bench:
 # -- report --------------------------------------------------------------------------------
 
 def table(rows: list[Row]) -> str:
-    best = {kind: max(row.rate for row in rows if row.name.startswith(f"raw {kind}"))
-            for kind in ("write", "read")}
+    rate = {row.name: row.rate for row in rows}
+    best = {"write": max(rate["raw write"], rate["raw write-behind"]), "read": rate["raw read"],
+            "fresh read": rate["raw read, fresh memory"]}
     lines = [("", "median s", "GB", "GB written", "GB/s", "% of raw", "runs")]
     for row in rows:
         written = "-" if row.written is None else f"{row.written / GB:.3f}"
@@ -274,6 +326,13 @@ def table(rows: list[Row]) -> str:
         lines.append((row.name, f"{row.median:.2f}", f"{row.nbytes / GB:.3f}", written,
                       f"{row.rate:.2f}", share, str(len(row.seconds))))
     return align(lines)
+
+
+def _ratios(row: Row, yardstick: Row) -> str:
+    """Each run's speed of ``row`` over ``yardstick``'s in the same run: their range and median."""
+    ratios = [(row.nbytes / mine) / (yardstick.nbytes / theirs)
+              for mine, theirs in zip(row.seconds, yardstick.seconds, strict=True)]
+    return f"{min(ratios):.2f}-{max(ratios):.2f}x (median {statistics.median(ratios):.2f}x)"
 
 
 def report(bench: Bench, info: dict[str, Any]) -> str:
@@ -286,13 +345,15 @@ def report(bench: Bench, info: dict[str, Any]) -> str:
         f"Python {info['python']} ({info['executable']}), numpy {info['numpy']}, torch {info['torch']}, "
         f"blake3 {info['blake3']}, jupyter-gpuckpt {info['jupyter-gpuckpt']}",
         f"Workload A: {ARRAYS} float64 arrays; workload B: {info['B parameters'] / 1e6:.0f}M parameters "
-        "with Adam state",
+        "with Adam state; workload C: 2 Arrow string columns",
         load_line,
         "",
         table(list(rows.values())),
         "",
         f"A incremental: {CHANGED_FRACTION:.0%} of A's bytes changed; the save wrote "
         f"{written / 1e6:.1f} MB = {100 * written / rows['A save'].nbytes:.2f}% of the full checkpoint.",
+        "C restore against raw read into fresh memory, run by run: "
+        f"{_ratios(rows['C restore'], rows['raw read, fresh memory'])} (Arrow string columns).",
         cache.summary(),
     ]
     return "\n".join(lines)
@@ -314,7 +375,7 @@ def main() -> None:
     nbytes = int((QUICK_GB if args.quick else args.size_gb) * GB)
 
     args.dir.mkdir(parents=True, exist_ok=True)
-    per_run = 1 + 1 + 2 * CHANGED_FRACTION + 16 * PARAMS_PER_GB / GB  # raw file, A, B
+    per_run = 1 + 1 + 2 * CHANGED_FRACTION + 16 * PARAMS_PER_GB / GB + 1  # raw file, A, B, C
     needed = nbytes * per_run * (args.runs if args.keep else 1) * 1.1
     if shutil.disk_usage(args.dir).free < needed:
         sys.exit(f"{args.dir} needs about {needed / GB:.1f} GB free for this run")

@@ -3,15 +3,19 @@ staged suspend and of a restore (issue: the real bound is fresh memory, not hash
 
     python benchmarks/bench_fresh_memory.py [--mb 256] [--runs 5] [--restore-gb 1.5]
 
-Each row is the median of ``--runs`` runs over ``--mb`` MB, in GB/s of 10^9 bytes; the last rows
-fill ``--restore-gb`` of fresh memory in a fresh process per run (huge pages then wait for
-compaction, which a small range does not show), and say which mode ``fastest_mode`` picks here.
+Each row is the median of ``--runs`` runs over ``--mb`` MB, in GB/s of 10^9 bytes. The rows
+after them fill ``--restore-gb`` of fresh memory in a fresh process per run (huge pages then
+wait for compaction, which a small range does not show), from one thread; the last ones restore
+a checkpoint of that size into fresh kernels, one per mode and run, the modes in turns, from a
+cold page cache (per file), as ``JUPYTER_GPUCKPT_FRESH_MEMORY`` would make every restore: there
+the reader threads fault plain pages in, which filling from one thread does not show.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -24,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import blake3  # noqa: E402
 import numpy as np  # noqa: E402
+from harness import CacheLog, Kernels, files_under  # noqa: E402
 
-from kernel_hooks.blobs.fresh_memory import MODES, fastest_mode, fresh  # noqa: E402
+from kernel_hooks.blobs.fresh_memory import MODE_ENV, MODES, RESTORE_MODE, fresh  # noqa: E402
 
 CHUNK = 64 << 20
 
@@ -132,19 +137,52 @@ def fresh_process_rows(nbytes: int, runs: int) -> list[tuple[str, float, list[fl
     return out
 
 
+RESTORE = """\
+from kernel_hooks import CheckpointStore, restore_checkpoint
+started = time.perf_counter()
+report = restore_checkpoint(shell, params["id"], CheckpointStore(params["store"]))
+result = {"seconds": time.perf_counter() - started, "bytes": report.nbytes}
+"""
+
+
+def restore_rows(nbytes: int, runs: int) -> list[tuple[str, float, list[float]]]:
+    """A checkpoint of ``nbytes`` of numpy arrays restored into fresh kernels in each mode."""
+    root = Path(tempfile.mkdtemp(prefix="bench-fresh-memory-"))
+    kernels, cache = Kernels(root), CacheLog(everything=False)
+    rates: dict[str, list[float]] = {name: [] for name in MODES}
+    try:
+        with kernels.start() as saver:
+            saver.run(f"import numpy as np\narrays = [np.random.default_rng(i).random({nbytes // 8 // 8}) "
+                      "for i in range(8)]")
+            saved = saver.call("from kernel_hooks import CheckpointStore, save_checkpoint\n"
+                               "result = {'id': save_checkpoint(shell, CheckpointStore(params['store'])).id}",
+                               store=str(root / "store"))
+        for run in range(runs):
+            for name in MODES[run % len(MODES):] + MODES[:run % len(MODES)]:
+                with kernels.start("numpy", env={MODE_ENV: name}) as kernel:
+                    cache.drop(files_under(root / "store"))
+                    done = kernel.call(RESTORE, store=str(root / "store"), id=saved["id"])
+                rates[name].append(done["bytes"] / done["seconds"] / 1e9)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return [(f"{nbytes / 1e9:.1f} GB restored into fresh kernels, {name}", statistics.median(rates[name]),
+             rates[name]) for name in MODES]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mb", type=int, default=256)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--restore-gb", type=float, default=1.5)
     args = parser.parse_args()
-    table = rows(args.mb << 20, args.runs) + fresh_process_rows(int(args.restore_gb * 2**30), args.runs)
+    restore_bytes = int(args.restore_gb * 2**30)
+    table = rows(args.mb << 20, args.runs) + fresh_process_rows(restore_bytes, args.runs) + restore_rows(
+        restore_bytes, args.runs)
     width = max(len(title) for title, _, _ in table)
     print(f"{'operation'.ljust(width)}  GB/s (median)  runs")
     for title, median, rates in table:
         print(f"{title.ljust(width)}  {median:13.2f}  {', '.join(f'{r:.2f}' for r in rates)}")
-    print(f"\nfastest_mode() here: {fastest_mode()}  (chosen from touch and populate; "
-          "JUPYTER_GPUCKPT_FRESH_MEMORY overrides)")
+    print(f"\nRestores use {RESTORE_MODE!r}; {MODE_ENV} names another.")
 
 
 if __name__ == "__main__":

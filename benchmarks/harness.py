@@ -137,12 +137,25 @@ def raw_write(path: Path, nbytes: int, write_behind: bool) -> float:
         os.close(fd)
 
 
-def raw_read(path: Path, cache: CacheLog) -> float:
-    """Seconds to read ``path`` in ``IO_BLOCK`` reads, once dropped from the page cache."""
+def raw_read(path: Path, cache: CacheLog, fresh: bool = False) -> float:
+    """Seconds to read ``path`` in ``IO_BLOCK`` reads, once dropped from the page cache: into
+    one buffer used again, or with ``fresh`` into new memory the size of the file, as a restore
+    reads (each page faulted in by its first write; the mapping is made inside the clock)."""
     block = memoryview(bytearray(IO_BLOCK))
     cache.drop([path])
     with open(path, "rb", buffering=0) as f:
         started = time.perf_counter()
+        if fresh:
+            size = os.fstat(f.fileno()).st_size
+            memory = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+            view = memoryview(memory)
+            done = 0
+            while done < size and (n := f.readinto(view[done:done + IO_BLOCK])):
+                done += n
+            seconds = time.perf_counter() - started
+            view.release()
+            memory.close()
+            return seconds
         while f.readinto(block):
             pass
         return time.perf_counter() - started

@@ -10,7 +10,9 @@ a pool) waits until then too (see :mod:`.codecs.live_objects`).
 
 An object that fails to rebuild (its class changed, or its module is gone) costs only the
 variables built from it: the pickle is read again, losing those (see
-:mod:`.codecs.isolation`), and the report lists them with the cells that assigned them.
+:mod:`.codecs.isolation`), and the report lists them with the cells that assigned them. It
+lists a variable whose live part (a cluster, a comm) could not be started again the same
+way, and takes it out of the namespace for ``%gpuckpt rebuild`` to make again.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from gpuckpt_store import BufferRecord, CheckpointStore, RestoreError
 from .blobs import DEVICE_CHUNK_BYTES, BlobStore, ParallelIO
 from .blobs.buffers import BufferSource, Staging, host_memory
 from .blobs.mapped import MappedBuffers, mappable
+from .blobs.sizes import readers
 from .codecs import live_objects, pickling
 from .report import RestoreReport, SkippedVariable
 from .state import devices, environment, kernel_state, rng, settings
@@ -236,7 +239,7 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
     manifest = store.read_manifest(checkpoint_id)
     warnings = environment.check(manifest["environment"])
     if manifest["devices"]:
-        devices.check(manifest["devices"], devices.free_memory())
+        devices.check(manifest["devices"], devices.free_memory(manifest["buffers"]))
     total = manifest["pickle"]["nbytes"] + sum(b["nbytes"] for b in manifest["buffers"])
     done = [0]
 
@@ -246,7 +249,7 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
             progress(done[0], total)
 
     blobs = BlobStore(store.blobs_dir, spare=store.spare())
-    io = ParallelIO(blobs.read_workers, on_bytes)
+    io = ParallelIO(readers(total, blobs.read_workers), on_bytes)
     try:
         data, reads = _read_pickle(blobs, manifest, io)
         buffers = _load_buffers(blobs, manifest, io)
@@ -272,7 +275,13 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
     warnings += kernel_state.apply(shell, state)
     # committed: the live objects may act on the process now that its working directory,
     # sys.path and environment are back (a pool's workers start in them)
-    warnings += activations.run(live_objects.CommitContext(comms_kept=comms_kept))
+    set_up = activations.run(live_objects.CommitContext(comms_kept=comms_kept))
+    kept = {name for name, _ in variables}
+    failed = {name: why for name, why in set_up.failed.items() if name in kept}
+    failed.update(set_up.holders(variables, shell.user_ns))
+    for name in failed:
+        del shell.user_ns[name]  # not restored: rebuild makes it again
+    warnings += set_up.unowned + [why for name, why in set_up.failed.items() if name not in kept]
     # after sys.path is back (a backend may be the user's module); older checkpoints hold
     # the RNG states alone (see saving._process_globals)
     warnings += settings.apply(globals_.get("settings", ()))
@@ -283,26 +292,29 @@ def restore_checkpoint(shell: Any, checkpoint_id: str, store: CheckpointStore | 
         SkippedVariable(v["name"], v["type"], v["reason"], v["cells"])
         for v in manifest["variables"] if v["status"] == "skipped"
     ]
+    lost_here, not_set_up = _missing(manifest, state, lost, failed)
     report = RestoreReport(
-        id=checkpoint_id, restored=[name for name, _ in variables], nbytes=total,
-        skipped=skipped, lost=_lost(manifest, state, lost), warnings=warnings,
+        id=checkpoint_id, restored=[name for name, _ in variables if name not in failed], nbytes=total,
+        skipped=skipped, lost=lost_here, warnings=warnings,
         # IPython's Out is not saved: it would keep every output alive
         had_outputs=state.outputs > 0, seconds=time.perf_counter() - started,
+        started_again=[name for name in set_up.started if name in kept and name not in failed],
+        not_set_up=not_set_up,
     )
     session.restored(report)
     return report
 
 
-def _lost(manifest: dict[str, Any], state: kernel_state.KernelState, reasons: dict[str | None, str]
-          ) -> list[SkippedVariable]:
-    """The variables saved but not rebuilt, in the checkpoint's order, with the cells that
-    assigned them."""
-    if not reasons:
-        return []  # the usual case: no need to parse the history
-    cells = cells_to_rebuild(state.history, [name for name in reasons if name is not None], available={
-        v["name"] for v in manifest["variables"] if v["status"] == "saved" and v["name"] not in reasons})
-    return [
-        SkippedVariable(v["name"], v["type"], f"could not be rebuilt: {reasons[v['name']]}", cells[v["name"]])
-        for v in manifest["variables"] if v["status"] == "saved" and v["name"] in reasons
-    ]
-
+def _missing(manifest: dict[str, Any], state: kernel_state.KernelState, lost: dict[str | None, str],
+             failed: dict[str, str]) -> tuple[list[SkippedVariable], list[SkippedVariable]]:
+    """The variables saved but not restored: those not rebuilt (``lost``) and those whose
+    live part could not be started again (``failed``), each in the checkpoint's order, with
+    why and the cells that make it again."""
+    if not lost and not failed:
+        return [], []  # the usual case: no need to parse the history
+    why = {**{name: f"could not be rebuilt: {reason}" for name, reason in lost.items() if name is not None}, **failed}
+    saved = [v for v in manifest["variables"] if v["status"] == "saved"]
+    cells = cells_to_rebuild(state.history, list(why), available={v["name"] for v in saved if v["name"] not in why})
+    missing = [SkippedVariable(v["name"], v["type"], why[v["name"]], cells[v["name"]])
+               for v in saved if v["name"] in why]
+    return [v for v in missing if v.name in lost], [v for v in missing if v.name in failed]

@@ -18,7 +18,7 @@ from typing import Any
 from gpuckpt_store import BufferRecord, Piece
 
 from .folder import BlobStore
-from .fresh_memory import fastest_mode, fresh
+from .fresh_memory import fresh, restore_mode
 from .parallel import ParallelIO
 from .sizes import SEGMENT_BYTES
 from .writer import BlobWriter
@@ -26,13 +26,13 @@ from .writer import BlobWriter
 
 def host_memory(nbytes: int) -> mmap.mmap | bytearray:
     """Fresh memory for a restored buffer: page-aligned, so blobs can be read into it with
-    ``O_DIRECT``, and faulted in the way that is fastest here (:mod:`.fresh_memory`: in bulk,
-    as a rule; not advised into huge pages, which a restore's gigabytes wait for compaction
-    for: 2 GB of arrays restored in a fresh process, 4 runs, 3.5 to 4.4 s with the advice, 2.1
-    to 2.9 s without)."""
+    ``O_DIRECT``, and faulted in by the threads that read into it (:mod:`.fresh_memory`); not
+    advised into huge pages, which a restore's gigabytes wait for compaction for: 2 GB of
+    arrays restored in a fresh process, 4 runs, 3.5 to 4.4 s with the advice, 2.1 to 2.9 s
+    without."""
     if not nbytes:
         return bytearray()
-    return fresh(nbytes, fastest_mode())
+    return fresh(nbytes, restore_mode())
 
 
 @dataclass

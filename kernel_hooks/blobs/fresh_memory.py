@@ -1,38 +1,36 @@
-"""Fresh memory for what a restore reads, asked for the fastest way on this machine.
+"""Fresh memory for what a restore reads, and how its pages are faulted in.
 
 Putting bytes into pages the process has not touched yet costs more than reading or hashing
-them: each 4 KiB page faults on its first write. Asked for in bulk (``MAP_POPULATE``: the
-kernel faults the whole range in at ``mmap``) the same pages come about twice as fast; advised
-into transparent huge pages (``MADV_HUGEPAGE``, what numpy does for large arrays) they come
-faster still once huge pages are free, and far slower while the kernel compacts memory for
-them. Which wins depends on the machine and on its memory's state, so plain and bulk faulting
-are measured, once per process, on a small range (:func:`fastest_mode`). Huge pages are left out
-of that choice: whether free ones exist decides, and a small probe cannot tell. Measured on the
-2-core VM, 1.6 GB filled in a fresh process, 5 runs each: huge pages 0.46 GB/s while the kernel
-compacts memory for them (the first run, and 0.44 to 1.06 GB/s in all 3 runs of an earlier
-measurement),
-6.4 GB/s once an earlier process has left free ones; bulk-faulted 2.0 to 3.1 GB/s, plain 1.3 to
-2.5 GB/s.
-``benchmarks/bench_fresh_memory.py`` measures all three at a restore's size, and
-``JUPYTER_GPUCKPT_FRESH_MEMORY`` picks one where it shows another faster.
+them: each 4 KiB page faults on its first write. Three ways to get such pages (:data:`MODES`):
+plain, faulted one by one where the bytes land; in bulk at ``mmap`` (``MAP_POPULATE``); or
+advised into transparent huge pages (``MADV_HUGEPAGE``, what numpy does for large arrays).
+
+A restore takes plain pages (:func:`restore_mode`). Its reader threads (8) then fault them in
+as they read, in parallel and while the disk works; ``MAP_POPULATE`` faults a buffer's pages on
+the one thread that asks for it, before its reads start. Filled by one thread, bulk faulting
+wins or ties (2-core VM, 0.5 GB in a fresh process: 1.8 to 2.3 GB/s, plain 1.1 to 2.3); in a
+restore it loses: the same VM, fresh kernels from a cold page cache, runs interleaved, medians,
+plain against bulk: 1.23 against 1.65 s for 1.5 GB, 0.37 against 0.44 s for 480 MB, 0.14
+against 0.16 s for 160 MB, within noise at 20 MB. Measuring the two once per process, as restores did before,
+took 38 to 44 ms, more than restoring 20 MB, and picked bulk faulting. Huge pages are faster
+still once free ones exist, and far slower while the kernel compacts memory for them (0.44 to
+7 GB/s); whether free ones exist decides, which nothing cheap can tell beforehand.
+``benchmarks/bench_fresh_memory.py`` measures each mode, filled and restored, and
+``JUPYTER_GPUCKPT_FRESH_MEMORY`` picks another where it shows one faster.
 """
 
 from __future__ import annotations
 
 import mmap
 import os
-import time
-from functools import cache
 
 MODE_ENV = "JUPYTER_GPUCKPT_FRESH_MEMORY"
-"""``touch``, ``populate`` or ``hugepage``: the mode to use instead of the measured fastest."""
+"""``touch``, ``populate`` or ``hugepage``: the mode restores use instead of :data:`RESTORE_MODE`."""
 MODES = ("touch", "populate", "hugepage")
 """``touch``: plain anonymous pages, faulted one by one on first write; ``populate``: faulted in
 bulk at ``mmap`` (``MAP_POPULATE``); ``hugepage``: advised into transparent huge pages."""
-PROBE_BYTES = 16 << 20
-"""What each measured mode is filled with, twice."""
-MEASURED = ("touch", "populate")
-"""The modes :func:`fastest_mode` chooses from (huge pages: see the module's docstring)."""
+RESTORE_MODE = "touch"
+"""The mode of a restore's memory unless :data:`MODE_ENV` names another (see the module's docstring)."""
 
 
 def fresh(nbytes: int, mode: str) -> mmap.mmap:
@@ -48,24 +46,12 @@ def fresh(nbytes: int, mode: str) -> mmap.mmap:
     return memory
 
 
-def _seconds(mode: str, source: memoryview) -> float:
-    started = time.perf_counter()
-    for _ in range(2):
-        memory = fresh(len(source), mode)
-        memoryview(memory)[:] = source
-        memory.close()
-    return time.perf_counter() - started
-
-
-@cache
-def fastest_mode() -> str:
-    """Of :data:`MEASURED`, the mode in which fresh pages fill fastest here, measured once per
-    process on :data:`PROBE_BYTES` copied in twice per mode; or the one
-    ``JUPYTER_GPUCKPT_FRESH_MEMORY`` names."""
+def restore_mode() -> str:
+    """The mode a restore's memory is asked for in: the one ``JUPYTER_GPUCKPT_FRESH_MEMORY``
+    names, else :data:`RESTORE_MODE`. Nothing is measured: see the module's docstring."""
     chosen = os.environ.get(MODE_ENV)
-    if chosen:
-        if chosen not in MODES:
-            raise ValueError(f"{MODE_ENV}={chosen!r} is none of {', '.join(MODES)}")
-        return chosen
-    source = memoryview(bytes(PROBE_BYTES)).cast("B")
-    return min(MEASURED, key=lambda mode: _seconds(mode, source))
+    if not chosen:
+        return RESTORE_MODE
+    if chosen not in MODES:
+        raise ValueError(f"{MODE_ENV}={chosen!r} is none of {', '.join(MODES)}")
+    return chosen

@@ -46,6 +46,13 @@ class _Installed:
         dist = self._dist or metadata.PathDistribution(Path(str(self._folder)))
         return [str(f) for f in dist.files or ()]
 
+    def named(self) -> str:
+        """The distribution's name, as its folder gives it (``name-version.dist-info``, as
+        ``importlib.metadata`` finds it too) or, from a zip file, as its metadata does."""
+        if self._dist is not None:
+            return str(self._dist.metadata["Name"] or "")
+        return os.path.basename(str(self._folder)).rpartition(".")[0].partition("-")[0]
+
 
 def _installed() -> Iterator[_Installed]:
     """The distributions on ``sys.path``, in its order, as ``metadata.distributions()``
@@ -181,12 +188,39 @@ def check(saved: dict[str, Any]) -> list[str]:
             f"{sys.implementation.name}"
         )
     warnings = [w for w in [_compare("Python", saved["python"], platform.python_version())] if w]
+    here = _versions(saved["libraries"])
     for dist, version in saved["libraries"].items():
-        try:
-            installed = metadata.distribution(dist)
-            here = _headers(installed.read_text("METADATA") or installed.read_text("PKG-INFO") or "").get("Version")
-        except metadata.PackageNotFoundError:
-            here = None
-        if (warning := _compare(dist, version, here)) is not None:
+        if (warning := _compare(dist, version, here[dist])) is not None:
             warnings.append(warning)
     return warnings
+
+
+def _normalized(name: str) -> str:
+    """A distribution's name as PEP 503 compares names (``Foo.Bar`` and ``foo_bar`` are one)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _versions(names: Iterable[str]) -> dict[str, str | None]:
+    """{name: the version installed here, or None} for the distributions ``names``: the first
+    on ``sys.path`` of each, found in one pass over its folders by their names, then the
+    ``Version`` of its METADATA. ``metadata.distribution`` builds a path for every file of
+    every folder on ``sys.path`` for each name: numpy and ours took a restore 7 to 10 ms so,
+    1.1 to 2.2 ms this way. A name not found in the folders is asked of ``importlib.metadata``,
+    which knows the distributions of other finders too; None if it does not find it either."""
+    wanted = {_normalized(name): name for name in names}
+    found: dict[str, str | None] = {}
+    for dist in _installed():
+        if not wanted:
+            break
+        name = wanted.pop(_normalized(dist.named()), None)
+        if name is not None:
+            found[name] = _headers((dist.read("METADATA") or dist.read("PKG-INFO") or b"").decode(
+                "utf-8", "replace")).get("Version")
+    for name in wanted.values():
+        try:
+            installed = metadata.distribution(name)
+            found[name] = _headers(installed.read_text("METADATA") or installed.read_text("PKG-INFO") or "").get(
+                "Version")
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found

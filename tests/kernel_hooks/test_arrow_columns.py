@@ -93,3 +93,44 @@ def test_a_kernel_without_pyarrow_does_not_import_it_to_save_or_restore(kernels)
     fresh.ok(f"%gpuckpt restore {checkpoint}")
     assert fresh.value("(int(values.sum()), names[9_999])") == (499_999_500_000, "n9999")
     assert fresh.value(loaded) == (False, False, False)
+
+
+def test_arrow_columns_come_back_in_the_memory_they_are_read_into(kernels):
+    """The restore reads each buffer into fresh memory and Arrow wraps that memory as it is: a
+    copy anywhere on the way (pickled in band, combined into one chunk, rebuilt) would hold the
+    columns' bytes twice at the peak. The columns then work as before: filtered, sliced,
+    measured, appended to."""
+    saver = kernels.start()
+    saver.ok("""
+import numpy as np, pandas as pd, pyarrow as pa
+
+def strings(rows, seed):
+    rng = np.random.default_rng(seed)
+    offsets = np.zeros(rows + 1, dtype=np.int32)
+    np.cumsum(rng.integers(8, 72, rows), out=offsets[1:])
+    data = rng.integers(97, 123, int(offsets[-1]), dtype=np.uint8)
+    return pa.StringArray.from_buffers(rows, pa.py_buffer(offsets), pa.py_buffer(data))
+
+frame = pd.DataFrame({"name": pd.Series(pd.arrays.ArrowStringArray(pa.chunked_array([strings(1 << 18, s) for s in (1, 2)])),
+                                        dtype="string[pyarrow]"),
+                      "note": pd.Series(pd.arrays.ArrowExtensionArray(pa.chunked_array([strings(1 << 19, 3)])))})
+del strings
+""")
+    use = ("(int(frame['name'].str.len().sum()), frame.loc[frame['note'].str.startswith('ab'), 'name'].iloc[::500].tolist(),"
+           " pd.concat([frame.iloc[:3], frame.iloc[-2:]])['note'].tolist(), [str(t) for t in frame.dtypes],"
+           " frame['name'].array.__arrow_array__().num_chunks)")
+    expected = saver.value(use)
+    saved = json.loads(saver.ok(SAVE).strip().splitlines()[-1])
+    assert saved["total"] > 40_000_000
+
+    fresh = kernels.start()
+    fresh.ok("import pandas as pd\nimport kernel_hooks.restoring")
+    status = "int(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('{}:'))) * 1024"
+    fresh.ok("with open('/proc/self/clear_refs', 'w') as f:\n    f.write('5')")  # the peak is now the resident set
+    before = fresh.value(status.format("VmRSS"))
+    fresh.ok(f"%gpuckpt restore {saved['id']}")
+    grown = fresh.value(status.format("VmHWM")) - before
+    assert grown < 1.25 * saved["total"], (grown, saved["total"])
+    assert fresh.value(use) == expected
+    fresh.ok("frame.loc[len(frame)] = ['appended', 'row']")
+    assert fresh.value("frame.iloc[-1].tolist()") == ["appended", "row"]

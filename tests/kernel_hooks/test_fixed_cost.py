@@ -1,7 +1,9 @@
 """What a checkpoint no longer pays for on every save or restore, and that leaving it out
 changed nothing the user sees: numpy's generator module is not imported for nothing, a
 restore into a fresh kernel keeps its history session, the environment record finds the
-distributions from their file lists, and the I/O threads are kept for the next save."""
+distributions from their file lists, the environment check finds them by their folders' names,
+a small restore touches no memory to choose how to fault its pages in, and the I/O threads are
+kept for the next save."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from kernel_processes import KernelFactory
 
 from gpuckpt_store.files import InBackground
 from kernel_hooks.blobs import ParallelIO
+from kernel_hooks.errors import IncompatibleError
 from kernel_hooks.state import environment
 
 RANDOM_LOADED = "'numpy.random' in __import__('sys').modules"
@@ -87,6 +90,59 @@ def test_the_environment_record_finds_a_distribution_by_its_record(tmp_path: Pat
     assert environment.libraries(["fc_pkg_one.sub", "fc_pkg_two"]) == {"fc-provider": "1.2.3"}
     assert environment.libraries(["fc_pkg_three"]) == {}
     assert environment.libraries(["fc_other.mod", "fc_pkg_one"]) == {"fc-other": "0.1", "fc-provider": "1.2.3"}
+
+
+def test_the_environment_check_finds_each_library_by_its_folders_name(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The version compared is the first on ``sys.path``, however the folder spells the name
+    (``Fc_Check.Lib`` is ``fc-check-lib``); a patch difference warns, a minor one or a missing
+    library refuses, naming both versions."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    _installed(first, "Fc_Check.Lib-2.1.3.dist-info", "fc_check_lib/__init__.py,,\n", "fc-check-lib", "2.1.3")
+    _installed(second, "fc_check_lib-3.0.0.dist-info", "fc_check_lib/__init__.py,,\n", "fc-check-lib", "3.0.0")
+    (first / "fc_old.egg-info").mkdir()
+    (first / "fc_old.egg-info" / "PKG-INFO").write_text("Metadata-Version: 1.0\nName: fc-old\nVersion: 0.9\n")
+    monkeypatch.setattr(sys, "path", [str(first), str(second), *sys.path])
+    here = environment.record([])
+    assert environment.check({**here, "libraries": {"fc-check-lib": "2.1.3", "fc-old": "0.9"}}) == []
+    warnings = environment.check({**here, "libraries": {"fc-check-lib": "2.1.0"}})
+    assert warnings == ["fc-check-lib differs by a patch release: checkpoint 2.1.0, this kernel 2.1.3"]
+    with pytest.raises(IncompatibleError, match="taken with fc-check-lib 2.2.0; this kernel has fc-check-lib 2.1.3"):
+        environment.check({**here, "libraries": {"fc-check-lib": "2.2.0"}})
+    with pytest.raises(IncompatibleError, match="needs fc-check-missing 1.0, which this kernel does not have"):
+        environment.check({**here, "libraries": {"fc-check-lib": "2.1.3", "fc-check-missing": "1.0"}})
+
+
+def test_a_small_restore_touches_no_memory_beyond_what_it_restores(kernels: KernelFactory) -> None:
+    """Restores used to time two ways of faulting in fresh memory, on 32 MB of it, before their
+    first read: 38 to 44 ms, more than restoring 20 MB (see ``blobs/fresh_memory.py``)."""
+    saver = kernels.start()
+    saver.ok("import numpy as np\nvalues = np.arange(1 << 17)")
+    checkpoint = saver.save()
+    k = kernels.start()
+    k.ok("import numpy as np\nimport kernel_hooks.restoring")
+    status = "int(next(line.split()[1] for line in open('/proc/self/status') if line.startswith('{}:'))) * 1024"
+    k.ok("with open('/proc/self/clear_refs', 'w') as f:\n    f.write('5')")  # the peak is now the resident set
+    before = k.value(status.format("VmRSS"))
+    k.ok(f"%gpuckpt restore {checkpoint}")
+    assert k.value("int(values.sum())") == (1 << 17) * ((1 << 17) - 1) // 2
+    assert k.value(status.format("VmHWM")) - before < 8 << 20  # 2 MB measured; 17 MB with the probe
+
+
+def test_a_restore_starts_reader_threads_by_its_size(kernels: KernelFactory) -> None:
+    """A fresh kernel starts the threads of its first restore, each start waiting for the
+    thread to run (10 ms for 8 threads on 2 loaded cores): 20 MB is read by 2, 100 MB by 8."""
+    threads = "sorted(t.name for t in __import__('threading').enumerate() if t.name.startswith('gpuckpt-io'))"
+    started = {}
+    for mb in (20, 100):
+        saver = kernels.start()
+        saver.ok(f"import numpy as np\nvalues = np.arange({mb} << 17)")
+        checkpoint = saver.save()
+        k = kernels.start()
+        k.ok(f"%gpuckpt restore {checkpoint}")
+        assert k.value("int(values[-1])") == (mb << 17) - 1
+        started[mb] = len(k.value(threads))
+    assert started == {20: 2, 100: 8}
 
 
 def test_a_kernels_saves_share_their_io_threads(kernels: KernelFactory) -> None:

@@ -1,5 +1,6 @@
 """Fresh memory for restores: each mode gives zeroed, page-aligned, writable memory; bulk
-faulting really faults the pages in at once; the measured choice and its override."""
+faulting really faults the pages in at once; restores take plain pages, measuring nothing,
+unless the override names another mode."""
 
 from __future__ import annotations
 
@@ -12,8 +13,7 @@ import sys
 import psutil
 import pytest
 
-from kernel_hooks.blobs import fresh_memory
-from kernel_hooks.blobs.fresh_memory import MEASURED, MODE_ENV, MODES, fastest_mode, fresh
+from kernel_hooks.blobs.fresh_memory import MODE_ENV, MODES, RESTORE_MODE, fresh
 
 SIZE = 64 << 20
 
@@ -50,19 +50,21 @@ def test_an_unknown_mode_is_refused() -> None:
         fresh(4096, "huge")
 
 
-def test_the_fastest_mode_is_measured_once_or_named() -> None:
-    fastest_mode.cache_clear()
-    try:
-        assert fastest_mode() in MEASURED
-        assert fastest_mode.cache_info().hits == 0 and fastest_mode() in MEASURED
-        assert fastest_mode.cache_info().hits == 1
-    finally:
-        fastest_mode.cache_clear()
-    code = "from kernel_hooks.blobs.fresh_memory import fastest_mode; print(fastest_mode())"
-    named = subprocess.run([sys.executable, "-c", code], env={**os.environ, MODE_ENV: "hugepage"},
+def test_restores_take_plain_pages_measuring_nothing_unless_a_mode_is_named() -> None:
+    """A restore's reader threads fault its pages in where the bytes land, in parallel: measured
+    faster than bulk faulting, which the choice used to probe for once per process (38 to
+    44 ms, and 32 MB of memory touched, before the first read)."""
+    code = ("import resource\nbefore = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+            "from kernel_hooks.blobs.fresh_memory import restore_mode\nmode = restore_mode()\n"
+            "print(mode, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)")
+    env = {k: v for k, v in os.environ.items() if k != MODE_ENV}
+    mode, grown_kib = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                                     check=True).stdout.split()
+    assert mode == RESTORE_MODE == "touch"
+    assert int(grown_kib) < 4096, "choosing the mode touched memory"
+    named = subprocess.run([sys.executable, "-c", code], env={**env, MODE_ENV: "hugepage"},
                            capture_output=True, text=True, check=True)
-    assert named.stdout.strip() == "hugepage"
-    wrong = subprocess.run([sys.executable, "-c", code], env={**os.environ, MODE_ENV: "big"},
+    assert named.stdout.split()[0] == "hugepage"
+    wrong = subprocess.run([sys.executable, "-c", code], env={**env, MODE_ENV: "big"},
                            capture_output=True, text=True)
     assert wrong.returncode != 0 and f"{MODE_ENV}='big' is none of" in wrong.stderr
-    assert fresh_memory.PROBE_BYTES <= 64 << 20  # the measurement stays small beside a restore

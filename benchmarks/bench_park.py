@@ -27,6 +27,7 @@ from harness import align, progress
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from jupyter_gpuckpt.errors import ParkFailed, ParkUnsupported  # noqa: E402
 from jupyter_gpuckpt.placement import parking  # noqa: E402  (this checkout, installed or not)
 
 GIB = 1 << 30
@@ -139,8 +140,16 @@ def run(gib: float, runs: int) -> str:
             progress(f"run {index + 1}/{runs}: GPU free after {times['GPU free after park'][-1]:.2f} s, "
                      f"answering {times['unpark to answering'][-1]:.2f} s after unpark")
     finally:
-        child.process.kill()
-        child.process.wait()
+        # parked before the kill: killing a live process the driver restored hard-hangs some hosts
+        # (NVIDIA/cuda-checkpoint#53); a parked one ends safely
+        try:
+            if asyncio.run(parking.state(child.process.pid, env=env)) == "running":
+                asyncio.run(parking.park(child.process.pid, env=env))
+        except (ParkFailed, ParkUnsupported) as e:  # killed as it is: the run's own error, if any, is what counts
+            progress(f"could not park the child before ending it: {e}")
+        finally:
+            child.process.kill()
+            child.process.wait()
     ready = child.ready
     limits = {"GPU free after park": nbytes / ready["d2h"], "park call": nbytes / ready["d2h"],
               "unpark to answering": nbytes / ready["h2d"], "unpark call": nbytes / ready["h2d"]}

@@ -47,12 +47,15 @@ from jupyter_gpuckpt.staging.host_memory import default_root  # noqa: E402
 
 BUILD = {
     "cpu": ("import numpy as np\n"
-            "arrays = [np.random.default_rng({run} * 8 + i).random({n}) for i in range(8)]\n"
-            "check = float(sum(a.sum() for a in arrays))"),
+            "arrays = [np.random.default_rng({run} * 8 + i).random({n}) for i in range(8)]"),
     "cuda": ("import torch\ntorch.manual_seed({run})\n"
-             "arrays = [torch.rand({n}, dtype=torch.float64, device='cuda') for i in range(8)]\n"
-             "check = float(sum(a.sum().item() for a in arrays))"),
+             "arrays = [torch.rand({n}, dtype=torch.float64, device='cuda') for i in range(8)]"),
 }
+CHECKSUM = {
+    "cpu": "print(float(sum(a.sum() for a in arrays)))",
+    "cuda": "print(float(sum(a.sum().item() for a in arrays)), {str(a.device) for a in arrays})",
+}
+"""Computed from the arrays each time: after a resume, from the restored ones."""
 MODES = ("staged", "reserve", "direct")
 
 
@@ -94,7 +97,7 @@ def _measure(base: Path, args: Any, mode: str, staging: Path) -> dict[str, list[
         n = nbytes // 8 // 8
         for run in range(args.runs):
             server.run(kernel_id, BUILD[args.device].format(run=run, n=n))
-            expected = server.run(kernel_id, "print(check)").strip()
+            expected = server.run(kernel_id, CHECKSUM[args.device]).strip()
             started = time.perf_counter()
             model = server.api("POST", f"api/gpuckpt/kernels/{kernel_id}/suspend?wait=1")
             figures["free"].append(time.perf_counter() - started)
@@ -106,7 +109,8 @@ def _measure(base: Path, args: Any, mode: str, staging: Path) -> dict[str, list[
             model = server.api("POST", f"api/gpuckpt/kernels/{kernel_id}/resume?wait=1")
             figures["resume"].append(time.perf_counter() - started)
             sources.add(model["report"]["source"])
-            assert server.run(kernel_id, "print(check)").strip() == expected
+            restored = server.run(kernel_id, CHECKSUM[args.device]).strip()
+            assert restored == expected, f"the restored arrays differ: {restored} after the resume, {expected} before"
     print(f"  {mode}: resumed from {', '.join(sorted(sources))}; GPU free per run (s): "
           + ", ".join(f"{t:.2f}" for t in figures["free"]), flush=True)
     return figures

@@ -35,6 +35,8 @@ from typing import Any
 
 from gpuckpt_store import protocol
 
+from . import park_checks
+
 FIRST_CUDA = 12080
 """cuDriverGetVersion of the first driver with the checkpoint API: CUDA 12.8, display driver 570."""
 REMAP_CUDA = 13000
@@ -221,12 +223,16 @@ def park(pid: int, timeout_ms: int = LOCK_TIMEOUT_MS) -> str:
     """
     _check_pid(pid)
     driver = _get_driver()
-    if _opens_nvidia_device(pid) is False:
-        raise Unparkable(f"process {pid} does not use CUDA")
+    # The driver first: a parked process has closed its /dev/nvidia* files, and is no process
+    # without CUDA; a running one has them open, whatever the driver answers for a process
+    # without CUDA.
     now = state(pid)
     if now != "running":
         raise ParkError(f"process {pid} is {'already parked' if now == 'checkpointed' else now}, not running",
                         now)
+    if _opens_nvidia_device(pid) is False:
+        raise Unparkable(f"process {pid} does not use CUDA", now)
+    _check_gpus(pid)
     lock_args = driver.api.CUcheckpointLockArgs()
     lock_args.timeoutMs = timeout_ms
     try:
@@ -251,6 +257,24 @@ def park(pid: int, timeout_ms: int = LOCK_TIMEOUT_MS) -> str:
     return driver.state(pid)
 
 
+def _read_gpus(purpose: str, now: str | None) -> list[park_checks.GPUReading]:
+    """NVML's GPUs, read for ``purpose``; the process's state ``now`` goes with the error."""
+    try:
+        return park_checks.read_gpus()
+    except OSError as e:
+        raise ParkError(f"{e}, so {purpose}", now) from None
+
+
+def _check_gpus(pid: int) -> None:
+    """Refuse a park that would leave GPU memory behind (a child's CUDA context) or meet a GPU in
+    MIG mode (see :mod:`.park_checks`); the process keeps running."""
+    gpus = _read_gpus("park cannot check what it would leave on the GPU", "running")
+    problem = (park_checks.children_problem(pid, gpus, os.environ.get(protocol.KERNEL_ENV))
+               or park_checks.mig_problem(gpus, os.environ.get("CUDA_VISIBLE_DEVICES")))
+    if problem is not None:
+        raise Unparkable(problem, "running")
+
+
 def _uuid_bytes(text: str) -> bytes:
     """The 16 bytes of a GPU UUID in NVML's spelling (``GPU-01234567-89ab-...``)."""
     try:
@@ -265,8 +289,13 @@ def _restore_args(driver: _Driver, remap: Mapping[str, str]) -> Any:
     if not driver.remap:
         raise Unparkable(f"unpark onto another GPU needs driver 580+ and cuda-bindings 13+ (this is driver "
                               f"{driver.display or _version(driver.cuda)}, cuda-bindings {driver.bindings})")
+    try:  # every GPU the driver sees, not only those the process used (see .park_checks)
+        every = _read_gpus("the restore cannot name every GPU the driver sees", None)
+        full = park_checks.restore_map(remap, [g.uuid for g in every])
+    except ValueError as e:
+        raise ParkError(f"cannot unpark onto those GPUs: {e}") from None
     pairs = []
-    for old, new in remap.items():
+    for old, new in full.items():
         pair = driver.api.CUcheckpointGpuPair()
         # CUuuid has no settable bytes: it is made over a buffer, which the pair copies
         old_bytes, new_bytes = (ctypes.create_string_buffer(_uuid_bytes(u), 16) for u in (old, new))
@@ -282,8 +311,10 @@ def _restore_args(driver: _Driver, remap: Mapping[str, str]) -> Any:
 def unpark(pid: int, remap: Mapping[str, str] | None = None) -> str:
     """Restore a parked process's GPU memory and unlock its CUDA calls.
 
-    ``remap`` maps each GPU UUID it was parked from to the UUID to restore onto (all of them,
-    same model, driver 580+); by default it goes back where it was.
+    ``remap`` maps each GPU UUID it was parked from to the UUID to restore onto (same model,
+    driver 580+); the driver is handed every GPU it sees, those ``remap`` leaves out in their
+    place or in the places it frees (:func:`.park_checks.restore_map`). By default it goes back
+    where it was.
     """
     _check_pid(pid)
     driver = _get_driver()

@@ -124,7 +124,9 @@ async def park(pid: int, python: str = sys.executable, env: Mapping[str, str] | 
     Raises
     ------
     ParkUnsupported
-        Park cannot work for this kernel (the reason says why); it keeps running.
+        Park cannot work for this kernel (the reason says why: no driver, memory the driver cannot
+        checkpoint, a child process with a CUDA context of its own, a GPU in MIG mode); it keeps
+        running.
     ParkFailed
         The lock timed out, or the checkpoint failed; ``state`` says where it was left.
     """

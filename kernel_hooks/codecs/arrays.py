@@ -132,10 +132,16 @@ def host_slot(out: OutOfBand, key: Any, owner: Any, kind: str, view: memoryview,
 def staged_slot(out: OutOfBand, key: Any, owner: Any, kind: str, device: str, nbytes: int,
                 copy_out: Callable[[int, int, StagingSlot], None],
                 make_staging: Callable[[], Staging]) -> Slot:
-    """A slot for device memory, copied to the host one staging slot at a time."""
+    """A slot for device memory, copied to the host one staging slot at a time.
+
+    The staging ring is made when the slot is stored, not when the buffer is met: the trial
+    pass that finds which variables cannot be pickled stores nothing, so a ring that cannot be
+    made (or a copy that fails) fails the save instead of passing for the variable's fault and
+    leaving it out of the checkpoint.
+    """
     def make() -> Slot:
         spec = BufferSpec(kind, device, nbytes, None)
-        staging = out.staging(device, make_staging)
-        return Slot(spec, lambda sink: sink.add_device(key, owner, nbytes, copy_out, staging))
+        return Slot(spec, lambda sink: sink.add_device(key, owner, nbytes, copy_out,
+                                                       out.staging(device, make_staging)))
 
     return cast(Slot, out.memo(key, owner, make))

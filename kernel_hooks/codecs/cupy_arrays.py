@@ -1,7 +1,9 @@
 """cupy arrays: device memory out of band, staged through pinned host buffers.
 
 Contiguous arrays are saved from their own memory; other views are first made
-contiguous on the device. Each array comes back on the GPU of the same index.
+contiguous on the device. Each array comes back on the GPU of the same index. A GPU is
+synchronized before anything is copied off it: a copy waits for the current stream only,
+not for a non-blocking stream's kernels that may still be writing the array.
 """
 
 from __future__ import annotations
@@ -39,12 +41,23 @@ def _rebuild_cupy(flat: cupy.ndarray, dtype: Any, shape: tuple[int, ...],
 
 
 def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
+    synchronized: set[int] = set()
+
+    def synchronize(index: int) -> None:
+        """Wait, once per pass, for the work queued on GPU ``index`` on every stream."""
+        if index not in synchronized:
+            cupy.cuda.Device(index).synchronize()
+            synchronized.add(index)
+
     def reduce_cupy(arr: cupy.ndarray) -> Reduction:
+        index = arr.device.id
+        synchronize(index)  # small arrays too: cupy pickles them by copying them to the host
         if arr.nbytes < INLINE_BYTES or arr.dtype.hasobject:
             return NotImplemented
         if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
-            arr = cupy.ascontiguousarray(arr)
-        index = arr.device.id
+            with cupy.cuda.Device(index):
+                arr = cupy.ascontiguousarray(arr)
+                cupy.cuda.get_current_stream().synchronize()
         device = f"cuda:{index}"
         pointer = arr.data.ptr
         key = ("cupy", device, pointer, arr.nbytes)
@@ -74,3 +87,28 @@ def load_device(record: BufferRecord, device: str, source: BufferSource, what: s
                             _runtime.memcpyHostToDevice)
 
     return flat, source.load_device(record, copy_in, staging, what)
+
+
+def visible_gpus() -> int:
+    """GPUs cupy can see here; 0 where there is no usable driver (a CPU machine)."""
+    try:
+        return int(_runtime.getDeviceCount())
+    except _runtime.CUDARuntimeError:
+        return 0
+
+
+def free_bytes(index: int) -> int:
+    """Bytes a restore can allocate on GPU ``index``: the driver's free memory plus what cupy's
+    memory pool holds there unused, which cupy hands out before asking the driver."""
+    with cupy.cuda.Device(index):
+        return int(_runtime.memGetInfo()[0]) + int(cupy.get_default_memory_pool().free_bytes())
+
+
+def describe_gpu(index: int) -> dict[str, Any]:
+    """GPU ``index``'s model, compute capability and memory, for the checkpoint's record."""
+    props = _runtime.getDeviceProperties(index)
+    name = props["name"]
+    version = _runtime.runtimeGetVersion()
+    return {"name": name.decode() if isinstance(name, bytes) else str(name),
+            "capability": f"{props['major']}.{props['minor']}", "total_memory": int(props["totalGlobalMem"]),
+            "cuda": f"{version // 1000}.{version % 1000 // 10}"}

@@ -5,6 +5,11 @@ A tensor is saved as its storage plus offset, size, stride, dtype, ``requires_gr
 and a model's parameters stay the very objects its optimizer refers to. CUDA storages are
 copied off the GPU chunk by chunk (never ``.cpu()`` on a whole model) and come back on the
 GPU of the same index among those the restoring kernel can see.
+
+Every host tensor made here names ``device="cpu"``: in a notebook that called
+``torch.set_default_device("cuda")`` the staging ring would be made on the GPU, which torch
+refuses to pin. A GPU is synchronized before anything is copied off it, since torch's copies
+wait for the current stream only.
 """
 
 from __future__ import annotations
@@ -30,16 +35,18 @@ def _bytes_of(storage: torch.UntypedStorage) -> torch.Tensor:
 
 
 def pinned_staging(chunk: int = DEVICE_CHUNK_BYTES) -> Staging:
+    """The ring of pinned host slots that CUDA storages move through."""
     slots = []
     for _ in range(STAGING_SLOTS):
-        host = torch.empty(chunk, dtype=torch.uint8, pin_memory=True)
+        host = torch.empty(chunk, dtype=torch.uint8, device="cpu", pin_memory=True)
         slots.append(StagingSlot(host.numpy().data, host))
     return Staging(slots)
 
 
 def _storage_from_bytes(data: bytes, device: str) -> torch.UntypedStorage:
-    host = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-    return host.to(device).untyped_storage()
+    if not data:
+        return torch.empty(0, dtype=torch.uint8, device=device).untyped_storage()
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).to(device).untyped_storage()
 
 
 def _rebuild_tensor(storage: torch.UntypedStorage, offset: int, size: tuple[int, ...],
@@ -67,12 +74,23 @@ class _SmallStorage:
 
 
 def reducers(out: OutOfBand) -> dict[type, Callable[[Any], Reduction]]:
+    synchronized: set[int] = set()
+
+    def synchronize(index: int) -> None:
+        """Wait, once per pass, for the work queued on GPU ``index`` on every stream: a copy
+        waits for the current stream only, and a kernel on a side stream (torch's streams do
+        not wait for the default one) may still be writing a tensor that is being saved."""
+        if index not in synchronized:
+            torch.cuda.synchronize(index)
+            synchronized.add(index)
+
     def storage_for(storage: torch.UntypedStorage) -> Any:
         device = storage.device
         key = ("torch", str(device), storage.data_ptr(), storage.nbytes())
         nbytes = storage.nbytes()
         if device.type == "cuda":
             out.note_device(key, f"cuda:{device.index}", nbytes)
+            synchronize(device.index)
         if nbytes < INLINE_BYTES:
             return out.memo(key, storage, lambda: _SmallStorage(storage))
         if device.type == "cpu":
@@ -110,7 +128,7 @@ def from_host(memory: Any) -> torch.UntypedStorage:
     made by ``torch.frombuffer`` its storage cannot be resized in place.
     """
     if not len(memory):
-        return torch.empty(0, dtype=torch.uint8).untyped_storage()
+        return torch.empty(0, dtype=torch.uint8, device="cpu").untyped_storage()
     return torch.frombuffer(memory, dtype=torch.uint8).untyped_storage()
 
 
@@ -125,9 +143,20 @@ def load_device(record: BufferRecord, device: str, source: BufferSource, what: s
     return flat.untyped_storage(), source.load_device(record, copy_in, staging, what)
 
 
-def free_bytes(index: int) -> int:
-    return int(torch.cuda.mem_get_info(index)[0])
-
-
 def visible_gpus() -> int:
+    """GPUs torch can see here (no CUDA context is made to count them)."""
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def free_bytes(index: int) -> int:
+    """Bytes a restore can allocate on GPU ``index``: the driver's free memory plus what torch's
+    caching allocator holds there unused, which torch hands out before asking the driver."""
+    free = int(torch.cuda.mem_get_info(index)[0])
+    return free + torch.cuda.memory_reserved(index) - torch.cuda.memory_allocated(index)
+
+
+def describe_gpu(index: int) -> dict[str, Any]:
+    """GPU ``index``'s model, compute capability and memory, for the checkpoint's record."""
+    props = torch.cuda.get_device_properties(index)
+    return {"name": props.name, "capability": f"{props.major}.{props.minor}",
+            "total_memory": int(props.total_memory), "cuda": torch.version.cuda}

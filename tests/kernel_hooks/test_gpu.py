@@ -1,7 +1,8 @@
 """CUDA save and restore on a real GPU (``pytest -m gpu`` on a lent GPU machine).
 
 The same code paths run on CPU machines through tests/kernel_hooks/test_roundtrip.py (torch CPU
-tensors) and tests/placement/test_devices.py (the staging ring and the placement check).
+tensors), tests/placement/test_devices.py (the staging ring and the placement check) and
+tests/kernel_hooks/test_device_paths.py (the default device, a failing copy, which GPUs are asked).
 """
 
 from __future__ import annotations
@@ -50,6 +51,76 @@ def test_cuda_tensors_model_and_optimizer_round_trip(kernels):
         True, (1, 1024))
     assert fresh.value("opt.param_groups[0]['params'][0] is model[0].weight") is True
     assert fresh.value("(model[0].weight.grad is not None, str(model[0].weight.grad.device))") == (True, "cuda:0")
+
+
+DEFAULT_CUDA = """
+import torch
+torch.set_default_device("cuda")
+torch.manual_seed(4)
+weights = torch.randn(1 << 20)   # 4 MiB on the GPU: staged through the pinned ring
+bias = torch.randn(8)            # inside the pickle
+"""
+USE = "(str(weights.device), round(weights.sum().item(), 3), (weights[:8] + bias).tolist())"
+
+
+def test_a_cuda_default_device_saves_and_restores_every_cuda_tensor(kernels):
+    """With ``torch.set_default_device("cuda")`` the pinned ring was made on the GPU, which torch
+    refuses to pin: every CUDA tensor of 64 KiB or more was then left out of a save that succeeded."""
+    saver = kernels.start()
+    saver.ok(DEFAULT_CUDA)
+    checkpoint = saver.save()
+    statuses = {v["name"]: v["status"] for v in kernels.manifest(checkpoint)["variables"]}
+    assert (statuses["weights"], statuses["bias"]) == ("saved", "saved")
+    expected = saver.value(USE)
+    fresh = kernels.start()
+    fresh.ok("import torch\ntorch.set_default_device('cuda')")  # the restore's ring, under the same default
+    fresh.ok(f"%gpuckpt restore {checkpoint}")
+    assert fresh.value(USE) == expected and expected[0] == "cuda:0"
+
+
+SIDE_STREAM = """
+import torch
+x = torch.zeros(64 << 20, device="cuda")   # 256 MiB: staged
+s = torch.zeros(1000, device="cuda")       # 4 kB: copied into the pickle
+side = torch.cuda.Stream()
+side.wait_stream(torch.cuda.current_stream())
+with torch.cuda.stream(side):
+    torch.cuda._sleep(4_000_000_000)       # about 2 s of GPU clock: the save starts meanwhile
+    x.fill_(1.0)
+    s.fill_(2.0)
+del side
+%gpuckpt save
+"""
+
+
+def test_a_tensor_written_on_a_side_stream_is_saved_with_its_final_values(kernels):
+    """torch's streams do not wait for the default one, and a copy waits for the current stream
+    only: the save synchronizes the GPUs it copies from first."""
+    saver = kernels.start()
+    checkpoint = saver.ok(SIDE_STREAM).strip().splitlines()[-1]
+    assert saver.value("(x.min().item(), s.min().item())") == (1.0, 2.0)
+    fresh = kernels.start()
+    fresh.ok(f"%gpuckpt restore {checkpoint}")
+    assert fresh.value("(x.min().item(), x.max().item(), s.min().item(), s.max().item())") == (1.0, 1.0, 2.0, 2.0)
+
+
+def test_memory_torch_holds_cached_counts_as_free_for_the_restore(kernels):
+    """torch's caching allocator keeps freed memory reserved, and hands it out before asking the
+    driver: the restore-time check counts it as free (it counted it as used, and refused)."""
+    saver = kernels.start()
+    saver.ok("import torch\nt = torch.ones(1 << 20, device='cuda')")
+    checkpoint = saver.save()
+    fresh = kernels.start()
+    fresh.ok("import torch\nheld = torch.empty(int(torch.cuda.mem_get_info()[0] * 0.6), dtype=torch.uint8, "
+             "device='cuda')\ndel held")
+    free, cached = fresh.value("(torch.cuda.mem_get_info()[0], torch.cuda.memory_reserved() - "
+                               "torch.cuda.memory_allocated())")
+    assert cached > 1 << 30
+    manifest = kernels.manifest(checkpoint)
+    manifest["devices"] = {"cuda:0": free + cached // 2}  # more than the driver has free, less than torch can give
+    kernels.rewrite_manifest(checkpoint, manifest)
+    fresh.ok(f"%gpuckpt restore {checkpoint}")
+    assert fresh.value("(float(t.sum()), str(t.device))") == (float(1 << 20), "cuda:0")
 
 
 def test_restore_refused_when_the_gpu_has_too_little_free_memory(kernels):

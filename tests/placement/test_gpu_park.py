@@ -4,6 +4,9 @@ the memory freed), then unparked (the memory is back and the values check out).
 
 No Jupyter server: the process stands for a kernel, and ``jupyter_gpuckpt.placement.parking`` runs the
 same helper the server runs. Where park cannot work here the tests fail with the reason.
+
+Each test process is ended parked: killing a live process that the driver restored hard-hangs
+some hosts (NVIDIA/cuda-checkpoint#53, driver 595), and checkpointing it first avoids that.
 """
 
 from __future__ import annotations
@@ -88,12 +91,27 @@ class Holder:
         return float(self.read()["sum"])
 
 
+def _end(process: subprocess.Popen[str]) -> None:
+    """Kill a CUDA test process safely: parked first where it runs (see the module's doc),
+    each step bounded, so a driver in trouble fails the test instead of hanging it."""
+    try:
+        if asyncio.run(parking.state(process.pid, timeout=30)) == "running":
+            asyncio.run(parking.park(process.pid, timeout=120))
+    except (ParkFailed, ParkUnsupported):
+        pass  # it cannot be parked (locked, or holding what the driver cannot checkpoint): killed as it is
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+
+
 @pytest.fixture
 def holder() -> Iterator[Holder]:
     held = Holder()
     with held.process:
-        yield held
-        held.process.kill()
+        try:
+            yield held
+        finally:
+            _end(held.process)
 
 
 def _device(nvml: Any, uuid: str) -> Any:
@@ -166,6 +184,37 @@ def test_unpark_onto_the_same_gpu_named_by_uuid(holder):
             asyncio.run(parking.unpark(pid, remap={uuid: uuid}))
         asyncio.run(parking.unpark(pid))
     assert holder.checksum() == EXPECTED
+
+
+WITH_CHILD = """
+import subprocess, sys, torch
+x = torch.ones(64 << 20, device="cuda")
+child = subprocess.Popen([sys.executable, "-c", "import sys, torch; y = torch.ones(1 << 20, device='cuda'); "
+                          "print(flush=True); sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+child.stdout.readline()
+print(child.pid, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_a_process_whose_child_has_a_cuda_context_is_refused_and_keeps_running(nvml):
+    """Park moves one process's memory: a child's CUDA context would stay on the lent GPU."""
+    with subprocess.Popen([sys.executable, "-c", WITH_CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          text=True) as parent:
+        try:
+            assert parent.stdout is not None
+            child = int(parent.stdout.readline())
+            listed = set().union(*(_pids(nvml, nvml.nvmlDeviceGetHandleByIndex(i))
+                                   for i in range(nvml.nvmlDeviceGetCount())))
+            if parent.pid not in listed:
+                pytest.skip("NVML does not list this pid namespace's processes (a container that hides the host's "
+                            "pids), so park cannot see a kernel's children here (docs/operators/staging.md)")
+            with pytest.raises(ParkUnsupported, match=rf"^process {parent.pid} has child processes with CUDA "
+                                                      rf"contexts of their own, .*: pid {child} \("):
+                asyncio.run(parking.park(parent.pid))
+            assert asyncio.run(parking.state(parent.pid)) == "running" and parent.poll() is None
+        finally:
+            _end(parent)  # its child reads the pipe the parent held: it ends too
 
 
 def test_a_process_without_cuda_is_refused_and_keeps_running():

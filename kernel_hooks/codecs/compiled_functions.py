@@ -14,6 +14,12 @@ torch 2.13 pickles that context without ``fullgraph`` and ``dynamic`` (``Optimiz
 __reduce__`` keeps neither): the module goes through the same recipe, which is what torch's
 own reduction rebuilds, ``OptimizedModule(module, context)``, with every argument kept.
 
+A module compiled in place (``model.compile(...)``, which sets ``_compiled_call_impl`` to
+``torch.compile(model._call_impl, ...)``) lost it: ``Module.__getstate__`` drops it. Such a
+module is pickled the way torch pickles it, and compiled in place again with the same
+arguments once its state is loaded. Whether a type is a module is asked once per type and
+pickling pass; a module not compiled in place costs one lookup in its ``__dict__``.
+
 Only the ``torch.compile`` arguments that its context keeps can come back; each is read from
 where torch 2.13 keeps it, and a torch that keeps them elsewhere fails the save of that
 variable with the attribute it missed, rather than compiling differently.
@@ -23,6 +29,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+import types
+from collections.abc import Callable
 from typing import Any
 
 
@@ -118,6 +126,44 @@ def _reduce_module(module: Any) -> Any:
     if not isinstance(module.dynamo_ctx, OptimizeContext):
         return NotImplemented
     return compile_again, (module._orig_mod, compile_arguments(module.dynamo_ctx))
+
+
+def _build_and_compile(module: Any, state: tuple[Any, Any, dict[str, Any]]) -> Any:
+    """Load a module's state as pickle would have (with its own state setter, if its
+    reduction has one), then ``module.compile(**arguments)``: the pickle's state setter."""
+    own_state, own_setter, arguments = state
+    if own_setter is not None:
+        own_setter(module, own_state)
+    elif own_state is not None:
+        module.__setstate__(own_state)  # every nn.Module has it, so pickle's BUILD would call it
+    module.compile(**arguments)
+    return module
+
+
+def module_reducer(kind: type, protocol: int) -> Callable[[Any], Any] | None:
+    """A reducer for ``kind``'s instances if ``kind`` is an ``nn.Module``, else None: each
+    compiled in place with ``torch.compile``'s arguments is pickled as torch reduces it
+    (for ``protocol``) and compiled again the same way once loaded; any other pickles as
+    before (NotImplemented)."""
+    from torch.nn import Module
+
+    if not issubclass(kind, Module):
+        return None
+
+    def reduce(module: Any) -> Any:
+        wrapper = module.__dict__.get("_compiled_call_impl")
+        if type(wrapper) is not types.FunctionType or wrapper.__dict__.get("_torchdynamo_wrapper_id") != id(wrapper):
+            return NotImplemented
+        context = _optimize_context(wrapper)
+        if context is None or _compiled_target(wrapper) != module._call_impl:
+            return NotImplemented  # not what Module.compile makes: torch drops it
+        reduced = module.__reduce_ex__(protocol)
+        if type(reduced) is not tuple:
+            return NotImplemented
+        func, args, state, items, pairs, setter = (*reduced, None, None, None, None)[:6]
+        return func, args, (state, setter, compile_arguments(context)), items, pairs, _build_and_compile
+
+    return reduce
 
 
 def _reduce_config(config: Any) -> Any:

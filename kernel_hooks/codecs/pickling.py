@@ -284,6 +284,10 @@ class NamespacePickler(cloudpickle.Pickler):  # type: ignore[misc]
             if reducer is not None:  # instances that share state through their class
                 self._reducers[kind] = reducer
                 return reducer(obj)
+            reducer = wrapped_functions.instance_reducer(kind, self.proto)
+            if reducer is not None:  # instances that may have a method wrapped in place (model.compile())
+                self._reducers[kind] = reducer
+                return reducer(obj)
             self._instances[kind] = _default_newobj_args(obj, self.proto)
             return self.reducer_override(obj)
         return super().reducer_override(obj)  # cloudpickle: functions and classes

@@ -11,7 +11,8 @@ library's way of wrapping is known, the wrapper is saved as that way and the fun
 wraps, and wrapped again on restore:
 
 * ``torch.compile`` (:mod:`.compiled_functions`): the function, or module, and the arguments
-  it was compiled with; it compiles again on first call;
+  it was compiled with; it compiles again on first call. A module compiled in place
+  (``model.compile()``) is compiled in place again;
 * ``functools.lru_cache`` and ``functools.cache``: not functions, but pickled by name, which
   the restoring kernel's namespace does not hold while it unpickles; saved as the cached
   function and the cache's parameters, and back with an empty cache.
@@ -22,6 +23,7 @@ from __future__ import annotations
 import functools
 import sys
 import types
+from collections.abc import Callable
 from typing import Any
 
 
@@ -44,6 +46,17 @@ def reduce_function(func: types.FunctionType) -> Any:
         from . import compiled_functions
 
         return compiled_functions.reduce_function(func)
+    return None
+
+
+def instance_reducer(kind: type, protocol: int) -> Callable[[Any], Any] | None:
+    """A reducer for ``kind``'s instances, for one pickling pass, if a known library may have
+    wrapped a method of theirs in place (an ``nn.Module`` compiled with ``model.compile()``);
+    else None."""
+    if "torch._dynamo" in sys.modules:
+        from . import compiled_functions
+
+        return compiled_functions.module_reducer(kind, protocol)
     return None
 
 

@@ -93,6 +93,64 @@ def test_compiled_functions_and_model_come_back_compiled_and_train_on(kernels: K
     assert resumed.value(RESULT) == uninterrupted.value(RESULT)
 
 
+IN_PLACE = """
+import hashlib, torch, torch.nn as nn
+from kernel_hooks.codecs.compiled_functions import compile_arguments
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 16), nn.GELU(), nn.Linear(16, 1))
+
+    def forward(self, x, split=False):
+        if split:
+            torch._dynamo.graph_break()  # which fullgraph=True refuses
+        return self.body(x)
+
+def arguments(module):
+    wrapper = module._compiled_call_impl
+    return compile_arguments(wrapper.__closure__[wrapper.__code__.co_freevars.index("self")].cell_contents)
+
+torch.manual_seed(0)
+model = Net()
+model.compile(backend="aot_eager", fullgraph=True)
+plain = nn.Linear(2, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+data = torch.randn(32, 8), torch.randn(32, 1)
+losses = []
+def step():
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(model(data[0]), data[1])
+    loss.backward()
+    opt.step()
+    losses.append(loss.item().hex())
+step(); step()
+"""
+COMPILED_IN_PLACE = "(arguments(model), model._compiled_call_impl._torchdynamo_orig_callable == model._call_impl)"
+
+
+def test_a_model_compiled_in_place_comes_back_compiled_the_same_way_and_trains_on(kernels: KernelFactory) -> None:
+    saving = kernels.start()
+    saving.ok(IN_PLACE)
+    checkpoint = saving.save()
+    expected = saving.value("model(data[0]).tolist()")
+    assert saving.value(COMPILED_IN_PLACE) == ({"backend": "aot_eager", "fullgraph": True}, True)
+
+    resumed = _restored(kernels, checkpoint)
+    assert resumed.value(COMPILED_IN_PLACE) == ({"backend": "aot_eager", "fullgraph": True}, True)
+    assert resumed.value("(plain._compiled_call_impl, torch._dynamo.utils.counters['stats']['unique_graphs'])") \
+        == (None, 0)
+    assert resumed.value("model(data[0]).tolist()") == expected
+    assert resumed.value("torch._dynamo.utils.counters['stats']['unique_graphs']") >= 1  # compiled again, on first call
+    assert "Unsupported" in (resumed.run("model(data[0], split=True)").error or "")  # still fullgraph=True
+    resumed.ok("step(); step()")
+
+    uninterrupted = kernels.start()
+    uninterrupted.ok(IN_PLACE)
+    uninterrupted.ok("step(); step()")
+    assert resumed.value(RESULT) == uninterrupted.value(RESULT)
+
+
 DECORATED = """
 import functools, torch
 

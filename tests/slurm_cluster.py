@@ -146,16 +146,22 @@ class SlurmCluster:
             time.sleep(0.2)
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker, and before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test on the cluster is marked ``slurm`` (``-m "not slurm"`` leaves them out), and
-    with JUPYTER_GPUCKPT_SKIP_SLURM=1 each is skipped with that reason, which ``-ra`` lists."""
+    with JUPYTER_GPUCKPT_SKIP_SLURM=1 each is skipped with that reason, which ``-ra`` lists.
+
+    Under pytest-xdist (``-n 2 --dist loadgroup``, as CI runs) the tests on the cluster share one
+    worker, since the testbed is one per machine, and every other test runs in the worker of the
+    rest of its file, whose module fixtures (a hub, a server) are then made once."""
     skip = pytest.mark.skip(reason=f"{SKIP}=1: the Slurm tests are skipped on purpose")
     for item in items:
         if "slurm_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slurm)
-        if os.environ.get(SKIP) == "1" and item.get_closest_marker("slurm"):
+        on_cluster = item.get_closest_marker("slurm") is not None
+        if on_cluster and os.environ.get(SKIP) == "1":
             item.add_marker(skip)
+        item.add_marker(pytest.mark.xdist_group("slurm" if on_cluster else item.nodeid.split("::")[0]))
 
 
 def _missing_requirements() -> list[str]:

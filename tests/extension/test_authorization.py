@@ -6,7 +6,6 @@ a new route without ``@authorized`` fails here."""
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,8 +16,9 @@ from tornado.httpclient import HTTPClientError
 from jupyter_gpuckpt.extension.handlers import default_handlers
 
 METHODS = ("get", "post", "put", "patch", "delete")
-VALUES = {"kernel_id": str(uuid.uuid4()), "checkpoint_id": "20261202-220225-74f8ada9"}
-"""Ids of the right shape that name nothing: a denied user must learn not even that."""
+VALUES = {"kernel_id": "f4ea6ee6-97ff-4de2-9f8f-40895f5364bb", "checkpoint_id": "20261202-220225-74f8ada9"}
+"""Ids of the right shape that name nothing: a denied user must learn not even that. Fixed, as
+the test ids they make must be the same in every pytest-xdist worker."""
 
 
 class DenyAll(Authorizer):  # type: ignore[misc]

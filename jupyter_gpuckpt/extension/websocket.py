@@ -73,6 +73,15 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
     _releasing = False
     _subshells: _Subshells | None = None
 
+    _cell_event: asyncio.Event | None = None
+
+    @property
+    def _cell_held(self) -> asyncio.Event:
+        """Set while a held message is a cell: it brings a suspended kernel back."""
+        if self._cell_event is None:
+            self._cell_event = asyncio.Event()
+        return self._cell_event
+
     @property
     def _parts(self) -> Any:
         app = self.websocket_handler.settings.get("gpuckpt_app")
@@ -157,8 +166,9 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         if self._held is None:
             self._held = []
         self._held.append(incoming_msg)
-        # a cell brings the kernel back; a running kernel only has a subshell to make
-        if (header["msg_type"] == "execute_request" or record.state not in AWAY) and not self._releasing:
+        if header["msg_type"] == "execute_request":
+            self._cell_held.set()  # a release waiting for the kernel to come back by itself resumes it now
+        if not self._releasing:
             self._releasing = True
             self._parts.tasks.start(f"release held messages of {self.kernel_id}", self._release_when_back())
 
@@ -301,15 +311,34 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
         self._write("iopub", self.session.msg("display_data", {
             "data": {"text/plain": text}, "metadata": {}, "transient": {}}, parent=header))
 
+    async def _until_changed(self, record: Any) -> None:
+        """Wait for the kernel's next step, or for a cell to be held (it resumes the kernel);
+        at most a second, so that a kernel shut down meanwhile is noticed."""
+        changed = asyncio.ensure_future(record.changed(timeout=1.0))
+        cell = asyncio.ensure_future(self._cell_held.wait())
+        try:
+            await asyncio.wait({changed, cell}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in (changed, cell):
+                waiting.cancel()
+
     async def _release_when_back(self) -> None:
-        """Bring the kernel back (resume it, or wait for the restore under way), then send
-        the held messages; if it cannot come back, answer each held cell with the reason."""
+        """Send the held messages once the kernel is back, and answer each if it cannot come
+        back. A held cell brings it back (a resume, or one right after the suspend under way
+        ends: the user wins); other requests (completion, inspection, history) wait for it to
+        come back however it does (a cell, the return signal, the REST API).
+
+        A suspend the server started keeps its process until it ends: its suspend is not
+        abandoned, so a cell that arrives meanwhile runs in the kernel resumed right after."""
         try:
             while True:
                 record = self._record()
                 if record is None:
                     return self._fail_held("the kernel was shut down")
-                if record.state in (State.SUSPENDED, State.PARKED):
+                if record.state == State.CHECKPOINTING or (
+                        record.state in (State.SUSPENDED, State.PARKED) and not self._cell_held.is_set()):
+                    await self._until_changed(record)
+                elif record.state in (State.SUSPENDED, State.PARKED):
                     # "busy", not "restarting": JupyterLab 4 drops a cell's pending reply and
                     # output on "restarting". The restore's progress goes out as events.
                     upstream.send_status(self, "busy")
@@ -338,15 +367,24 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
             self._held = None
         finally:
             self._releasing = False
+            self._cell_held.clear()
 
     def _fail_held(self, reason: str) -> None:
-        """Answer each held execute request with ``reason``; the cells are not run."""
+        """Answer each held request with ``reason`` (an error reply of its type): the cells
+        are not run, and nothing the page waits on is left unanswered."""
         held, self._held = self._held or [], None
         for message in held:
             channel, header = self._peek(message)
-            if header["msg_type"] != "execute_request":
+            kind = header["msg_type"]
+            if not kind.endswith("_request"):
                 continue
             error = {"ename": "KernelNotRestored", "evalue": reason,
-                     "traceback": [f"The cell was not run: {reason}."]}
-            self._write("iopub", self.session.msg("error", error, parent=header))
-            self._reply(channel, "execute_reply", {"status": "error", "execution_count": None, **error}, header)
+                     "traceback": [f"The cell was not run: {reason}." if kind == "execute_request"
+                                   else f"The kernel did not answer: {reason}."]}
+            reply: dict[str, Any] = {"status": "error", **error}
+            if kind == "execute_request":
+                self._write("iopub", self.session.msg("error", error, parent=header))
+                reply["execution_count"] = None
+            elif kind == "is_complete_request":
+                reply = {"status": "unknown"}  # the protocol's answer when the kernel cannot tell
+            self._reply(channel, kind.removesuffix("_request") + "_reply", reply, header)

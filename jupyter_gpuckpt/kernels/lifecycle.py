@@ -94,6 +94,7 @@ class KernelRecord:
     """When the user was last warned that the policy will suspend the kernel."""
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
     _settled: asyncio.Future[str | None] | None = field(default=None, repr=False)
+    _changed: asyncio.Event | None = field(default=None, repr=False)
 
     @property
     def last_checkpoint_id(self) -> str | None:
@@ -113,15 +114,33 @@ class KernelRecord:
         """
         if state != State.FAILED and state not in STEPS[self.state]:
             raise WrongState(f"kernel {self.kernel_id} is {self.state.value}; it cannot become {state.value} now")
-        self.state = state
+        self._become(state)
 
     def fall_back(self, state: State, reason: str) -> None:
         """An operation failed for ``reason``: back to the safe ``state`` it chose, with the
         reason kept in ``last_error``."""
         if state not in SAFE:
             raise ValueError(f"{state.value} is no safe state to fall back to")
-        self.state = state
         self.last_error = reason
+        self._become(state)
+
+    def _become(self, state: State) -> None:
+        self.state = state
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    async def changed(self, timeout: float) -> None:
+        """Wait until the kernel takes its next step or falls back, or ``timeout`` seconds.
+
+        For whoever holds a notebook's messages through a step that does not bring the kernel
+        back by itself (a suspend ending, a resume that someone else starts)."""
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._changed.wait(), timeout)
+        except asyncio.TimeoutError:
+            pass
 
     # -- JSON --------------------------------------------------------------------------------
 

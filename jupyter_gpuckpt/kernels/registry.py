@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from tornado.web import HTTPError
+
 from ..errors import KernelNotFound
 from ..placement import GPUCheckpointProvisioner
 from ..placement.gpus import GPU, GPUPool
@@ -51,6 +53,10 @@ class KernelRegistry:
         try:
             return self.kernel_manager.get_kernel(kernel_id)
         except KeyError:
+            raise KernelNotFound(f"no kernel {kernel_id}") from None
+        except HTTPError as e:  # jupyter_server's kernel manager says "no such kernel" as a 404
+            if e.status_code != 404:
+                raise
             raise KernelNotFound(f"no kernel {kernel_id}") from None
 
     def provisioner(self, kernel_id: str) -> GPUCheckpointProvisioner | None:

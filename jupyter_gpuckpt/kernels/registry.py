@@ -57,7 +57,7 @@ class KernelRegistry:
         except HTTPError as e:  # jupyter_server's kernel manager says "no such kernel" as a 404
             if e.status_code != 404:
                 raise
-            raise KernelNotFound(f"no kernel {kernel_id}") from None
+            raise KernelNotFound(f"Kernel does not exist: {kernel_id}") from None  # jupyter_server's words
 
     def provisioner(self, kernel_id: str) -> GPUCheckpointProvisioner | None:
         provisioner = getattr(self.km(kernel_id), "provisioner", None)

@@ -26,6 +26,11 @@ class CheckpointInUse(GPUCheckpointError):
     """A suspended or restoring kernel needs that checkpoint to come back."""
 
 
+class CheckpointUntouchable(GPUCheckpointError):
+    """The checkpoint's folder in the store is not one the store made (a symbolic link): the
+    server neither follows nor removes it, so whatever it points at is safe."""
+
+
 class StoreUnavailable(GPUCheckpointError):
     """The checkpoint store cannot be written (missing, not a folder, not writable)."""
 
@@ -57,3 +62,10 @@ class ParkFailed(GPUCheckpointError):
     def __init__(self, reason: str, state: str | None = None) -> None:
         super().__init__(reason)
         self.state = state
+
+
+REFUSALS: tuple[type[GPUCheckpointError], ...] = (KernelNotFound, WrongState, CheckpointInUse, CheckpointUntouchable,
+                                                  StoreUnavailable, Unplaceable, ParkUnsupported)
+"""The errors that refuse an operation at a moment or on a kernel where it cannot run: the
+expected answer to a request, logged as one line, never as a traceback (a failure that ran,
+``OperationFailed``, or a bug keeps its traceback)."""

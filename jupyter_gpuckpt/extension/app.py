@@ -20,6 +20,7 @@ from gpuckpt_store import default_root, human_bytes, writable_problem
 from gpuckpt_store.spare import RESERVE
 
 from .. import events, metrics
+from ..errors import REFUSALS
 from ..kernels import activity
 from ..kernels.ledger import Ledger, default_server_id
 from ..kernels.lifecycle import State
@@ -334,13 +335,19 @@ class GPUCheckpointApp(ExtensionApp):
             # the user restarted it: a Slurm kernel now runs in a new job, elsewhere
             await self.parts.relocation.connection_changed(str(kernel_id))
         elif data.get("action") == "shutdown":
+            record = self.parts.registry.records.get(str(kernel_id))
             self.parts.registry.forget(str(kernel_id))
             self.parts.relocation.forget(str(kernel_id))
             await self.parts.registry.records.saved()  # a server killed now must not register it again
+            if record is not None and not self.tasks.stopping:
+                # its staged copies leave host memory: those in the store now, one being written once it is
+                self.tasks.start(f"staging of {kernel_id}", self.parts.write_behind.tidy(record))
 
     def start_operation(self, kernel_id: str, action: str, reason: str = "request", **options: Any) -> None:
-        """Run ``action`` on a kernel in the background (a ``202`` answer); a refusal lands in
-        the kernel's ``last_error``, where a client polling the kernel looks."""
+        """Run ``action`` on a kernel in the background (a ``202`` answer); a failure lands in
+        the kernel's ``last_error``, where a client polling the kernel looks. A refusal (the
+        kernel changed since the request was answered, or was shut down) is logged as one line;
+        a failure that ran, or a bug, with its traceback."""
         operation = getattr(self.parts.operations, action)
 
         async def run() -> None:
@@ -350,7 +357,9 @@ class GPUCheckpointApp(ExtensionApp):
                 record = self.parts.registry.records.get(kernel_id)
                 if record is not None:
                     record.last_error = str(e)
-                raise
+                if not isinstance(e, REFUSALS):
+                    raise
+                self.log.info("gpuckpt: %s of %s (%s) refused: %s", action, kernel_id, reason, e)
 
         self.tasks.start(f"{action} {kernel_id}", run())
 

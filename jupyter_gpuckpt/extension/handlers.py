@@ -23,6 +23,7 @@ from gpuckpt_store import CheckpointError, CheckpointNotFound, is_checkpoint_id,
 
 from ..errors import (
     CheckpointInUse,
+    CheckpointUntouchable,
     GPUCheckpointError,
     KernelNotFound,
     OperationFailed,
@@ -39,8 +40,8 @@ AUTH_RESOURCE = "kernels"
 _KERNEL_ID = re.compile(r"[0-9a-fA-F-]{1,64}", re.ASCII)
 _STATUS: list[tuple[type[Exception], int]] = [
     (KernelNotFound, 404), (CheckpointNotFound, 404), (WrongState, 409), (CheckpointInUse, 409),
-    (StoreUnavailable, 503), (Unplaceable, 409), (PlacementError, 503), (ParkUnsupported, 409),
-    (OperationFailed, 500), (GPUCheckpointError, 500), (CheckpointError, 500),
+    (CheckpointUntouchable, 409), (StoreUnavailable, 503), (Unplaceable, 409), (PlacementError, 503),
+    (ParkUnsupported, 409), (OperationFailed, 500), (GPUCheckpointError, 500), (CheckpointError, 500),
 ]
 """Domain errors, most specific first, and the status each answers."""
 
@@ -109,7 +110,9 @@ class KernelHandler(PolledHandler):
 
 
 class KernelActionHandler(GPUCheckpointHandler):
-    """``POST .../checkpoint``, ``.../suspend[?mode=]``, ``.../resume``, ``.../rebuild[?keep=1]``."""
+    """``POST .../checkpoint``, ``.../suspend[?mode=]``, ``.../resume``, ``.../rebuild[?keep=1]``; what
+    cannot start (a suspend of a kernel that is not checkpointable, a state that refuses the
+    action) is refused at once, whatever ``wait``."""
 
     @web.authenticated
     @authorized
@@ -129,8 +132,8 @@ class KernelActionHandler(GPUCheckpointHandler):
         if self.get_argument("wait", "0") in ("1", "true", "yes"):
             await self.answer(lambda: getattr(self.parts.operations, action)(kernel_id, **options))
             return
-        with _http_errors():
-            self.parts.registry.km(kernel_id)  # 404 before anything starts
+        with _http_errors():  # what cannot start is refused now (404, 409, 503), not failed in the background
+            await self.parts.operations.check_can_start(kernel_id, action)
         self.app.start_operation(kernel_id, action, **options)
         await asyncio.sleep(0)  # let the task take the kernel's lock and set its state
         with _http_errors():

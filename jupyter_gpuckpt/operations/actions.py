@@ -26,6 +26,63 @@ from .runner import Operation, OperationRunner
 class KernelOperations(OperationRunner):
     """The operations users and the policy ask for, on the kernels of the registry."""
 
+    # -- refusals, before anything starts --------------------------------------------------
+
+    async def check_can_start(self, kernel_id: str, action: str) -> None:
+        """Raise now what ``action`` (``checkpoint``, ``suspend``, ``resume``, ``rebuild``) would
+        refuse as it starts, where that is known before it starts, so that a request is answered
+        with the refusal instead of a ``202`` and a failure in the background. A kernel's state is
+        judged only while no operation holds its lock: the one under way may leave it in a state
+        the action takes (a resume asked during a suspend runs after it). A park that the
+        driver cannot do is no refusal: the kernel is suspended instead.
+
+        Raises
+        ------
+        KernelNotFound
+            No such kernel.
+        NotSuspendable
+            A suspend (or park) of a kernel not started with a gpuckpt kernelspec.
+        WrongState
+            The kernel's state refuses the action.
+        StoreUnavailable
+            A checkpoint or a suspend of a running kernel, and the store cannot be written.
+        """
+        record = self.registry.record(kernel_id)
+        provisioner = self.registry.provisioner(kernel_id)
+        if action == "suspend":
+            self._suspendable(kernel_id)
+        if record.lock.locked():
+            return
+        if action == "resume":
+            if not (record.state == State.RUNNING or (record.state == State.PARKED and provisioner is not None)):
+                self._resumable(record, provisioner)
+            return
+        if action == "suspend" and record.state in (State.SUSPENDED, State.PARKED):
+            return  # answered "already ...", or converted
+        self._check_running(record)
+        if action in ("checkpoint", "suspend"):
+            await self._check_store(record)
+
+    @staticmethod
+    def _check_running(record: KernelRecord) -> None:
+        if record.state != State.RUNNING:
+            raise WrongState(f"kernel {record.kernel_id} is {record.state.value}, not running")
+
+    @staticmethod
+    def _resumable(record: KernelRecord, provisioner: GPUCheckpointProvisioner | None
+                   ) -> tuple[GPUCheckpointProvisioner, CheckpointRef]:
+        """What resuming a suspended kernel starts again, and from which checkpoint."""
+        if record.state != State.SUSPENDED or provisioner is None or record.last_checkpoint is None:
+            raise WrongState(f"kernel {record.kernel_id} is {record.state.value}, not suspended")
+        return provisioner, record.last_checkpoint
+
+    def _suspendable(self, kernel_id: str) -> GPUCheckpointProvisioner:
+        provisioner = self.registry.provisioner(kernel_id)
+        if provisioner is None:
+            raise NotSuspendable(f"kernel {kernel_id} was not started with a gpuckpt kernelspec; "
+                                 "it can be checkpointed but not suspended")
+        return provisioner
+
     # -- checkpoint ----------------------------------------------------------------------
 
     async def _save(self, record: KernelRecord, event: str, staged_bytes: int | None = None) -> dict[str, Any]:
@@ -84,8 +141,7 @@ class KernelOperations(OperationRunner):
         """Checkpoint a running kernel; it keeps running."""
         record = self.registry.record(kernel_id)
         async with record.lock:
-            if record.state != State.RUNNING:
-                raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
+            self._check_running(record)
             await self._check_store(record)
 
             async def safe_state(message: str) -> tuple[State, str | None]:
@@ -104,10 +160,7 @@ class KernelOperations(OperationRunner):
         instead, and the event and notice say why); ``"suspend"``: a checkpoint (staged in host
         memory where there is room), then its process tree is ended."""
         record = self.registry.record(kernel_id)
-        provisioner = self.registry.provisioner(kernel_id)
-        if provisioner is None:
-            raise NotSuspendable(f"kernel {kernel_id} was not started with a gpuckpt kernelspec; "
-                                 "it can be checkpointed but not suspended")
+        provisioner = self._suspendable(kernel_id)
         asked = mode is not None  # a refused park is worth a notice only when it was asked for
         mode = mode or self.registry.release_mode(kernel_id)
         if asked and mode == "suspend" and record.state == State.PARKED:
@@ -126,8 +179,7 @@ class KernelOperations(OperationRunner):
         async with record.lock:
             if record.state in (State.SUSPENDED, State.PARKED):
                 return self._result(kernel_id, f"already {record.state.value}")
-            if record.state != State.RUNNING:
-                raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
+            self._check_running(record)
             await self._check_store(record)
             km = self.registry.km(kernel_id)
             gpus = len(provisioner.location().gpus)
@@ -232,9 +284,7 @@ class KernelOperations(OperationRunner):
             if record.state == State.PARKED and provisioner is not None:
                 if await self._unpark(record, provisioner, reason):
                     return self._result(kernel_id, "done")
-            if record.state != State.SUSPENDED or provisioner is None or record.last_checkpoint is None:
-                raise WrongState(f"kernel {kernel_id} is {record.state.value}, not suspended")
-            checkpoint = record.last_checkpoint
+            provisioner, checkpoint = self._resumable(record, provisioner)
 
             async def safe_state(message: str) -> tuple[State, str | None]:
                 await provisioner.suspend()  # end what was started; the checkpoint is kept
@@ -337,8 +387,7 @@ class KernelOperations(OperationRunner):
         """
         record = self.registry.record(kernel_id)
         async with record.lock:
-            if record.state != State.RUNNING:
-                raise WrongState(f"kernel {kernel_id} is {record.state.value}, not running")
+            self._check_running(record)
             planned = await self._call(record, "rebuild", None, dry_run=True, keep=keep)
             record.report = {**(record.report or {}), "rebuild_plan": planned.get("plan")}
             if (planned.get("plan") or {}).get("cells"):

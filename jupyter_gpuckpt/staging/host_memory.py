@@ -4,7 +4,8 @@ A staged suspend has the kernel save into a store on ``/dev/shm`` (whole, signed
 to the owner), ends the kernel, and writes the checkpoint into the durable store afterwards
 (:mod:`.write_behind`). This module is that area: where it is, whether it can be used, how
 much of it a suspend may take (``GPUCheckpointApp.host_memory_limit``), and which staged
-copies go when room is needed (those already durable, oldest first).
+copies go when room is needed (those already durable, oldest first). A kernel shut down
+keeps none: its copies go as soon as they are in the store (``WriteBehind.tidy``).
 
 Memory, not bytes, bounds a staged copy: a new ``/dev/shm`` file took the first write at 1.5
 GB/s where one written before took 19 (issue 29). So the copies a suspend lets go are not

@@ -4,11 +4,12 @@ deleted and pruned, never one a suspended kernel needs to come back."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
-from gpuckpt_store import CheckpointStore, list_checkpoints, writable_problem
+from gpuckpt_store import CheckpointError, CheckpointInfo, CheckpointStore, list_checkpoints, writable_problem
 
-from ..errors import CheckpointInUse, StoreUnavailable
+from ..errors import CheckpointInUse, CheckpointUntouchable, StoreUnavailable
 from ..kernels.lifecycle import KernelRecord, State
 from ..kernels.record_parts import DURABLE, STAGED, CheckpointRef
 from ..kernels.registry import KernelRegistry
@@ -43,14 +44,15 @@ class Retention:
 
     async def checkpoints(self, kernel_id: str) -> list[dict[str, Any]]:
         """The kernel's checkpoints, oldest first, each ``durable`` (in the store) or
-        ``staged`` (in host memory only, until its write-behind ends)."""
+        ``staged`` (in host memory only, until its write-behind ends); one that cannot be
+        trusted is listed with its ``problem``."""
         self.registry.km(kernel_id)
-        durable = await asyncio.to_thread(list_checkpoints, self.store())
-        staged = await asyncio.to_thread(list_checkpoints, self.host_memory.store())
+        durable = await asyncio.to_thread(_listing, self.store(), kernel_id)
+        staged = await asyncio.to_thread(_listing, self.host_memory.store(), kernel_id)
         known = {info.id for info in durable}
         infos = [(info, DURABLE) for info in durable] + [(i, STAGED) for i in staged if i.id not in known]
         return [{**info.to_json(), "durability": durability}
-                for info, durability in sorted(infos, key=lambda pair: pair[0].id) if info.kernel_id == kernel_id]
+                for info, durability in sorted(infos, key=lambda pair: pair[0].id)]
 
     def _needed_by(self, checkpoint_id: str) -> tuple[KernelRecord, str] | None:
         """The kernel that needs the checkpoint to come back, and why, if one does."""
@@ -75,13 +77,15 @@ class Retention:
         ------
         CheckpointInUse
             A kernel of this server resumes from it.
+        CheckpointUntouchable
+            Its folder in the store is a symbolic link.
         gpuckpt_store.CheckpointNotFound
             There is no such checkpoint.
         """
         needed = self._needed_by(checkpoint_id)
         if needed is not None:
             raise CheckpointInUse(needed[1])
-        await asyncio.to_thread(self.store().delete, checkpoint_id)
+        await asyncio.to_thread(_delete, self.store(), checkpoint_id)
         await self._after_delete({checkpoint_id})
 
     async def prune(self, kernel_id: str) -> None:
@@ -91,10 +95,14 @@ class Retention:
             return
         store = self.store()
         mine = [i.id for i in await asyncio.to_thread(list_checkpoints, store) if i.kernel_id == kernel_id]
-        doomed = [c for c in mine[:-keep] if self._needed_by(c) is None]
-        for checkpoint_id in doomed:
-            await asyncio.to_thread(store.delete, checkpoint_id)
-        await self._after_delete(set(doomed))
+        gone: set[str] = set()
+        for checkpoint_id in [c for c in mine[:-keep] if self._needed_by(c) is None]:
+            try:
+                await asyncio.to_thread(_delete, store, checkpoint_id)
+            except CheckpointUntouchable:
+                continue  # kept: what a link points at is not the store's to remove
+            gone.add(checkpoint_id)
+        await self._after_delete(gone)
 
     async def _after_delete(self, gone: set[str]) -> None:
         """A running kernel whose last checkpoint went falls back to its newest remaining one."""
@@ -109,3 +117,33 @@ class Retention:
             if record.durable_checkpoint in gone:
                 record.durable_checkpoint = remaining[-1].id if remaining else None
         records.save()
+
+
+def _listing(store: CheckpointStore, kernel_id: str) -> list[CheckpointInfo]:
+    """The checkpoints in ``store`` taken of the kernel, oldest first, those whose manifest cannot
+    be trusted (a bad signature, another owner's) included where the manifest names the kernel:
+    with their ``problem``, so the user sees why they cannot be restored rather than nothing."""
+    return [info for info in list_checkpoints(store)
+            if info.kernel_id == kernel_id or (info.problem and _named_kernel(store, info.id) == kernel_id)]
+
+
+def _named_kernel(store: CheckpointStore, checkpoint_id: str) -> str | None:
+    """The kernel an untrusted manifest names, read only to list it under that kernel (nothing
+    else of it is used); None if it names none or cannot be read."""
+    try:
+        manifest = json.loads(store.manifest_path(checkpoint_id).read_bytes())
+    except (OSError, ValueError, CheckpointError):
+        return None
+    named = manifest.get("kernel_id") if isinstance(manifest, dict) else None
+    return named if isinstance(named, str) else None
+
+
+def _delete(store: CheckpointStore, checkpoint_id: str) -> None:
+    """Delete a checkpoint whose folder the store made. A folder that is a symbolic link is
+    refused: it is neither followed nor removed, and what it points at is left as it is."""
+    folder = store.manifest_path(checkpoint_id).parent
+    if folder.is_symlink():
+        raise CheckpointUntouchable(f"checkpoint {checkpoint_id} is a symbolic link in the store ({folder}), which "
+                                    "the server neither follows nor removes; remove the link yourself if it is "
+                                    "not wanted")
+    store.delete(checkpoint_id)

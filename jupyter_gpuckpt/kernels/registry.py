@@ -133,9 +133,17 @@ class KernelRegistry:
             "job_id": where.job_id if where else None,
             "waiting_for_gpus": provisioner.waiting if provisioner else None,
             "suspendable": provisioner is not None,
-            "connections": self.kernel_manager.kernel_model(kernel_id).get("connections", 0),
+            "connections": self._connections(kernel_id),
             "rebuild_skipped": self.settings.rebuild_skipped,
         }
+
+    def _connections(self, kernel_id: str) -> int:
+        """The kernel's open websockets, as jupyter_server's model counts them; 0 while a server
+        that started again takes the kernel back (its model reads a ``last_activity`` not set yet)."""
+        try:
+            return int(self.kernel_manager.kernel_model(kernel_id).get("connections", 0))
+        except AttributeError:
+            return 0
 
     async def session_of(self, kernel_id: str) -> NotebookSession | None:
         """The notebook session attached to the kernel, if any."""

@@ -2,8 +2,9 @@
 
 A server is found as ``jupyter server list`` finds it (its info file in the Jupyter runtime
 dir), or named with ``--url`` and ``--token`` (defaults: ``$JUPYTER_GPUCKPT_URL``,
-``$JUPYTER_TOKEN``). Every failure becomes a :class:`CLIError` whose message is the one line
-the user reads.
+``$JUPYTER_TOKEN``). A found server's own token, from its info file, comes before
+``$JUPYTER_TOKEN``: that is the token it accepts, and the variable may be another server's.
+Every failure becomes a :class:`CLIError` whose message is the one line the user reads.
 """
 
 from __future__ import annotations
@@ -126,10 +127,13 @@ class GPUCheckpointClient:
 
     def request(self, method: str, path: str, *, timeout: float | None = None, **params: str) -> Any:
         """``method`` on ``api/gpuckpt/<path>``; the decoded JSON answer."""
+        return self._call(method, f"api/gpuckpt/{path}", timeout, params)
+
+    def _call(self, method: str, path: str, timeout: float | None, params: dict[str, str]) -> Any:
         async def calling() -> Any:
             client = RestClient(self.server.url, self.server.token or None, timeout)
             try:
-                return await client.json(method, f"api/gpuckpt/{path}", params=params or None)
+                return await client.json(method, path, params=params or None)
             finally:
                 client.close()
 
@@ -143,6 +147,15 @@ class GPUCheckpointClient:
 
     def kernels(self) -> list[dict[str, Any]]:
         return list(self.get("kernels"))
+
+    def notebooks(self) -> dict[str, str]:
+        """Kernel id -> the paths of the notebooks (consoles, files) whose sessions use it, as
+        jupyter_server's ``/api/sessions`` has them: the names the user knows the kernels by."""
+        paths: dict[str, list[str]] = {}
+        for session in self._call("GET", "api/sessions", self.timeout, {}):
+            if session.get("kernel"):
+                paths.setdefault(str(session["kernel"]["id"]), []).append(str(session.get("path") or "-"))
+        return {kernel_id: ", ".join(sorted(found)) for kernel_id, found in paths.items()}
 
     def kernel(self, kernel_id: str) -> dict[str, Any]:
         return dict(self.get(f"kernels/{quote(kernel_id, safe='')}"))

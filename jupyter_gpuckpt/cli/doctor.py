@@ -6,6 +6,7 @@ the other commands find it) it is asked too. The store checked is the one the Ju
 names (``c.GPUCheckpointApp.store_root``, loaded as the server loads it), else the found
 server's, else the default.
 A machine without NVIDIA GPUs is a warning, not a failure: kernels still checkpoint on CPU.
+Kernel messages sent unencrypted are a warning; kernels that would not start for want of it a failure.
 With Slurm kernelspecs it also checks that every node of their partitions sees the store.
 """
 
@@ -23,9 +24,12 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal
 
+import zmq
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_server.extension.config import ExtensionConfigManager
+from traitlets import HasTraits
 from traitlets.config import Config
+from traitlets.utils.importstring import import_item
 
 from gpuckpt_store import (
     CheckpointError,
@@ -143,6 +147,72 @@ def _slurm_partitions() -> set[str]:
         if config.get("placement") == "slurm":
             found.add(str(config.get("partition") or ""))
     return found
+
+
+def _configured(config: Config, cls: type[HasTraits], trait: str) -> Any:
+    """``cls``'s ``trait`` as traitlets sets it from ``config``: the section of the most derived
+    class in its MRO that sets it, else the trait's default."""
+    value = cls.class_traits()[trait].default_value
+    for klass in reversed(cls.__mro__):
+        section = config.get(klass.__name__)
+        if isinstance(section, dict) and trait in section:
+            value = section[trait]
+    return value
+
+
+def transport_encryption(config: Config) -> str | None:
+    """The ``transport_encryption`` the server's kernels start under: its kernel manager's
+    (``c.MappingKernelManager``), or, where that is ``disabled``, each kernel's own
+    (``c.KernelManager``); None where this jupyter_server has none (before 2.21)."""
+    # here, not at the top: it costs every other command a second (jupyter_events' schemas)
+    from jupyter_server.services.kernels.kernelmanager import AsyncMappingKernelManager, ServerKernelManager
+
+    if "transport_encryption" not in AsyncMappingKernelManager.class_trait_names():
+        return None
+    chosen = config.get("ServerApp", {}).get("kernel_manager_class") or AsyncMappingKernelManager
+    mapping = import_item(chosen) if isinstance(chosen, str) else chosen
+    policy = str(_configured(config, mapping, "transport_encryption")).lower()
+    if policy == "disabled":
+        policy = str(_configured(config, ServerKernelManager, "transport_encryption")).lower()
+    return policy
+
+
+def _declares_curve(spec: dict[str, Any]) -> bool:
+    """Whether a kernelspec declares CurveZMQ support, as jupyter_client reads it."""
+    declared = (spec.get("metadata") or {}).get("supported_encryption") or []
+    return "curve" in {str(d).strip().lower() for d in ([declared] if isinstance(declared, str) else declared)}
+
+
+def check_encryption(config: Config) -> Check:
+    """Whether the messages between the server and its gpuckpt kernels are encrypted (CurveZMQ):
+    local kernels' where the server's ``transport_encryption`` asks for it and their kernelspec
+    declares the support, Slurm kernels' always (their messages cross the network)."""
+    specs = {name: found["spec"] for name, found in KernelSpecManager().get_all_specs().items()
+             if (found["spec"].get("metadata") or {}).get("kernel_provisioner", {}).get("provisioner_name")
+             == PROVISIONER_NAME}
+    slurm = sorted(name for name, spec in specs.items()
+                   if spec["metadata"]["kernel_provisioner"].get("config", {}).get("placement") == "slurm")
+    if not zmq.has("curve"):
+        return Check("FAIL" if slurm else "WARN", "encryption",
+                     "this pyzmq has no CurveZMQ (libzmq without libsodium): kernels' messages are not encrypted"
+                     + (f"; the Slurm kernels of {', '.join(slurm)} cannot start" if slurm else ""))
+    policy = transport_encryption(config)
+    slurm_too = f"; the Slurm kernels of {', '.join(slurm)} are encrypted always" if slurm else ""
+    if policy is None:
+        return Check("WARN", "encryption", "this jupyter_server has no transport_encryption (2.21 has): local "
+                                           f"kernels' messages are not encrypted{slurm_too}")
+    if policy == "disabled":
+        return Check("WARN", "encryption", "off: local kernels' messages are not encrypted (set "
+                                           f"c.MappingKernelManager.transport_encryption = 'auto'){slurm_too}")
+    # under 'required' jupyter_client refuses to start any kernel whose kernelspec does not declare it
+    undeclared = sorted(name for name, spec in specs.items()
+                        if not _declares_curve(spec) and (policy == "required" or name not in slurm))
+    if undeclared:
+        effect = "cannot start" if policy == "required" else "run unencrypted"
+        return Check("FAIL" if policy == "required" else "WARN", "encryption",
+                     f"{policy}, but kernelspec {', '.join(undeclared)} does not declare CurveZMQ support: its kernels "
+                     f"{effect}; install it again (jupyter gpuckpt install-kernelspec)")
+    return Check("OK", "encryption", f"{policy}: every gpuckpt kernel's messages are encrypted (CurveZMQ)")
 
 
 def _slurm(*argv: str) -> subprocess.CompletedProcess[str]:
@@ -324,8 +394,8 @@ def run_checks(config: Config, config_paths: Sequence[str], url: str | None = No
     settings = {**(policy or {}), **config.get(SECTION, {})}
     root = Path(settings["store_root"]) if settings.get("store_root") else default_root()
     return [check_nvml(), check_gpus(), check_provisioner(), *check_kernelspecs(),
-            check_extension(config, config_paths), *server_checks, *check_store(root), check_host_memory(settings),
-            check_park(), *check_slurm(root, config), check_key(default_key_path())]
+            check_extension(config, config_paths), check_encryption(config), *server_checks, *check_store(root),
+            check_host_memory(settings), check_park(), *check_slurm(root, config), check_key(default_key_path())]
 
 
 def main(config: Config, config_paths: Sequence[str], url: str | None = None, token: str | None = None) -> int:

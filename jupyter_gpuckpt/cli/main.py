@@ -20,7 +20,7 @@ from collections.abc import Generator, Sequence
 from typing import Any, ClassVar, NoReturn
 
 from jupyter_core.application import JupyterApp, base_aliases, base_flags
-from traitlets import Bool, Dict, Enum, Float, Int, List, TraitError, Unicode, default, validate
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Int, List, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 from traitlets.config.loader import ArgumentError, KVArgParseConfigLoader
 
@@ -148,6 +148,15 @@ def _result_lines(action: str, kernel_id: str, model: dict[str, Any], seconds: f
     return [line for line in lines if line]
 
 
+class OptionEnum(CaselessStrEnum[str | None]):
+    """A command-line option with fixed choices (any case): a wrong value is a usage error that
+    names the option and its choices, not traitlets' sentence about a trait of an instance."""
+
+    def error(self, obj: Any, value: Any, error: Exception | None = None, info: str | None = None) -> NoReturn:
+        choices = ", ".join(str(v) for v in self.values or ())
+        raise TraitError(f"--{str(self.name).replace('_', '-')}: {value!r} is not one of {choices}")
+
+
 class _StrictLoader(KVArgParseConfigLoader):
     """traitlets' command-line loader, refusing an option that is none of the app's aliases or flags
     and not ``--Class.trait`` (where traitlets would warn that it has no effect and go on)."""
@@ -241,7 +250,9 @@ class ServerCommand(Command):
                   help="The Jupyter server's URL. Default: $JUPYTER_GPUCKPT_URL, else the running server, found "
                        "as `jupyter server list` finds it.")
     token = Unicode(None, allow_none=True, config=True,
-                    help="Its token. Default: $JUPYTER_TOKEN, else the found server's.")
+                    help="Its token. Default: the found server's own (from its info file; $JUPYTER_TOKEN may "
+                         "be another server's), else $JUPYTER_TOKEN; with --url or $JUPYTER_GPUCKPT_URL, "
+                         "$JUPYTER_TOKEN first.")
     aliases = {**_ALIASES, "url": "ServerCommand.url", "token": "ServerCommand.token"}
 
     def client(self) -> GPUCheckpointClient:
@@ -250,25 +261,28 @@ class ServerCommand(Command):
 
 class ListKernels(ServerCommand):
     name = "jupyter gpuckpt list"
-    description = "The kernels, their state, GPUs and last checkpoint."
+    description = "The kernels, the notebooks that use them, their state, GPUs and last checkpoint."
 
     json_output = Bool(False, config=True, help=_JSON_HELP)
     flags = {**_FLAGS, "json": ({"ListKernels": {"json_output": True}}, _JSON_HELP)}
 
     def run(self) -> int:
-        kernels = self.client().kernels()
+        client = self.client()
+        kernels = client.kernels()
         if self.json_output:
             print(json.dumps(kernels, indent=1))
             return 0
         if not kernels:
             print("No kernels.")
             return 0
-        rows = [("KERNEL ID", "KERNELSPEC", "STATE", "NODE", "IDLE", "GPUS", "LAST CHECKPOINT")]
+        notebooks = client.notebooks()
+        rows = [("KERNEL ID", "NOTEBOOK", "KERNELSPEC", "STATE", "NODE", "IDLE", "GPUS", "LAST CHECKPOINT")]
         for k in kernels:
             gpus = str(len(k.get("gpus") or [])) if k.get("placement") == "slurm" else (
                 ",".join(str(g.get("index")) for g in k.get("gpus") or []) or "-")
             node = str(k.get("node") or "-") + (f" (job {k['job_id']})" if k.get("job_id") else "")
-            rows.append((str(k["id"]), str(k.get("name") or k.get("kernelspec") or "-"), str(k.get("state")), node,
+            name = str(k.get("name") or k.get("kernelspec") or "-")
+            rows.append((str(k["id"]), notebooks.get(str(k["id"]), "-"), name, str(k.get("state")), node,
                          human_duration(k.get("idle_seconds")), "waiting" if k.get("waiting_for_gpus") else gpus,
                          _checkpoint_summary(k.get("last_checkpoint"))))
         print(_table(rows))
@@ -338,9 +352,9 @@ class SuspendKernel(KernelCommand):
     examples = "jupyter gpuckpt suspend 13f94400 --mode park"
     action = "suspend"
 
-    mode = Enum(["park", "suspend"], None, allow_none=True, config=True,
-                help="park (the process stays; falls back to suspend where the CUDA driver cannot) or suspend "
-                     "(the process ends). Default: the server's release_mode.")
+    mode = OptionEnum(["park", "suspend"], None, allow_none=True, config=True,
+                      help="park (the process stays; falls back to suspend where the CUDA driver cannot) or "
+                           "suspend (the process ends). Default: the server's release_mode.")
     aliases = {**ServerCommand.aliases, "mode": "SuspendKernel.mode"}
 
     def release_mode(self) -> str | None:
@@ -363,7 +377,7 @@ class RebuildKernel(KernelCommand):
 
 class ListCheckpoints(ServerCommand):
     name = "jupyter gpuckpt checkpoints"
-    description = "A kernel's checkpoints: id, time, size, variables."
+    description = "A kernel's checkpoints: id, time, size, variables; first, the kernel and its notebook."
     examples = "jupyter gpuckpt checkpoints 13f94400    # a kernel id, or a unique prefix of one"
     arguments = ("KERNEL_ID",)
 
@@ -372,10 +386,13 @@ class ListCheckpoints(ServerCommand):
 
     def run(self) -> int:
         client = self.client()
-        items = client.checkpoints(client.resolve(self.extra_args[0]))
+        kernel_id = client.resolve(self.extra_args[0])
+        items = client.checkpoints(kernel_id)
         if self.json_output:
             print(json.dumps(items, indent=1))
             return 0
+        notebook = client.notebooks().get(kernel_id)
+        print(f"Kernel {kernel_id}, {f'notebook {notebook}' if notebook else 'no notebook'}")
         fields = set(CheckpointInfo.__dataclass_fields__)
         print(format_table([CheckpointInfo(**{k: v for k, v in item.items() if k in fields}) for item in items]))
         return 0

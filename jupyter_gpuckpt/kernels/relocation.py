@@ -48,7 +48,7 @@ class Relocation:
             if endpoint(info) != endpoint(km.get_connection_info()):
                 for port in port_names:  # load_connection_info only fills ports that are 0
                     setattr(km, port, 0)
-                km.load_connection_info(info)
+                km.load_connection_info(info)  # the CurveZMQ keys too: the run's are the ones km holds
                 km.cleanup_connection_file()  # the server's copy, which `--existing` clients read
                 km.write_connection_file()
                 upstream.close_control_socket(km)

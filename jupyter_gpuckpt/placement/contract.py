@@ -207,7 +207,9 @@ class GPUCheckpointProvisioner(KernelProvisionerBase):
     @abc.abstractmethod
     async def resume(self, needs: GPUNeeds) -> None:
         """Start the kernel again, on GPUs that fit ``needs``; ``connection_info`` then
-        holds where it listens (maybe another host and other ports).
+        holds where it listens (maybe another host and other ports). The new run uses the
+        session key and CurveZMQ key pair its kernel manager holds (made at the first start,
+        as jupyter_server's ``transport_encryption`` asks), so it is encrypted as the first was.
 
         ``poll`` answers "alive" until :meth:`started`; the caller watches :meth:`running`.
         """

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from ipykernel.kernelspec import get_kernel_dict
 from jupyter_client.kernelspec import KernelSpecManager
 
 PROVISIONER_NAME = "gpuckpt-provisioner"
@@ -30,18 +30,18 @@ def slurm_config(partition: str, gpus: int | None = None, constraint: str | None
 def kernelspec_json(display_name: str, gpus: int | None = None, slurm: dict[str, Any] | None = None
                     ) -> dict[str, Any]:
     """A kernelspec that loads the hooks at start and picks our provisioner; ``slurm``
-    (from :func:`slurm_config`) makes its kernels Slurm jobs."""
+    (from :func:`slurm_config`) makes its kernels Slurm jobs.
+
+    Everything else is what ipykernel's own kernelspec says of this environment's ipykernel
+    (its protocol version, the debugger, ``supported_encryption``), so that jupyter_server's
+    ``transport_encryption`` gives its kernels CurveZMQ keys as it gives ipykernel's."""
     config: dict[str, Any] = {} if gpus is None else {"gpus": gpus}
     if slurm:
         config.update(slurm)
-    return {
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}", "--ext=kernel_hooks"],
-        "display_name": display_name,
-        "language": "python",
-        "interrupt_mode": "signal",
-        "metadata": {"kernel_provisioner": {"provisioner_name": PROVISIONER_NAME, "config": config},
-                     "debugger": True},
-    }
+    spec = get_kernel_dict(["--ext=kernel_hooks"])
+    provisioner = {"provisioner_name": PROVISIONER_NAME, "config": config}
+    return {**spec, "display_name": display_name, "interrupt_mode": "signal",
+            "metadata": {**spec.get("metadata", {}), "kernel_provisioner": provisioner}}
 
 
 def install(name: str = "python3-gpuckpt", display_name: str = "Python 3 (GPU checkpoint)", *,

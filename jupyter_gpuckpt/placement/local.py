@@ -213,7 +213,8 @@ class LocalPlacement(GPUCheckpointProvisioner, LocalProvisioner):
         return self.survivors
 
     async def resume(self, needs: GPUNeeds) -> None:
-        """Launch a fresh process on the same ports, with GPUs from the pool (the checkpoint
+        """Launch a fresh process on the same ports and from the same connection file (with
+        the CurveZMQ keys the manager holds, if any), with GPUs from the pool (the checkpoint
         itself checks, as it loads, that they fit ``needs``)."""
         if not self.suspended:
             return

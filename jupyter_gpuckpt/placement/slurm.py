@@ -31,6 +31,7 @@ from typing import Any
 
 import zmq
 import zmq.asyncio
+from jupyter_client.kernelspec import KernelSpecManager
 from traitlets import Bool, Dict, Float, Int, List, Unicode
 from traitlets.config import Config
 from traitlets.log import get_logger
@@ -42,6 +43,7 @@ from ..waiting import until
 from .contract import ADOPT, START_SUSPENDED, Departure, GPUCheckpointProvisioner, GPUNeeds, Location, StartFailed
 from .demand import Demand
 from .gpus import GPU
+from .kernelspec import PROVISIONER_NAME
 from .slurm_commands import SlurmCommands
 from .slurm_files import JobFiles
 from .slurm_jobs import UNPLACEABLE, KernelTag, SlurmJob, store_key
@@ -183,14 +185,26 @@ class SlurmPlacement(GPUCheckpointProvisioner):
             The keys of the other servers that run now.
         config
             The server's config (its ``SlurmCommands``).
+
+        Raises
+        ------
+        PlacementError
+            Slurm does not answer, and something here uses it (a Slurm kernelspec, the
+            server's Slurm settings, a kernel job in the ledger); else there is nothing to end.
         """
         commands = SlurmCommands(config=config)
-        if shutil.which(commands.argv(commands.jobs)[0]) is None:  # no Slurm here: no job of ours either
-            return []
+        try:
+            jobs = await commands.own_jobs()
+        except PlacementError as e:
+            uses = cls._asked_for(config, runs)
+            if uses is None:  # Slurm's commands without a cluster (a workstation, an image): no job of ours either
+                get_logger().debug("gpuckpt: no Slurm kernel jobs to look for (%s); nothing here uses Slurm", e)
+                return []
+            raise PlacementError(f"{uses}, but Slurm does not answer: {e} (`jupyter gpuckpt doctor` checks it)") from e
         store = store_key(cls.context.store_root or default_root())
         ours = JobQueue.instance().kernels
         cancelled = []
-        for job in await commands.own_jobs():
+        for job in jobs:
             tag = job.tag
             if (tag is None or job.ended or job.state == "COMPLETING" or tag.store != store or tag.kernel_id in ours
                     or tag.server in others):
@@ -204,6 +218,26 @@ class SlurmPlacement(GPUCheckpointProvisioner):
                                  "while submitting it", job.job_id, job.state.lower(), tag.kernel_id, why)
             cancelled.append(f"Slurm job {job.job_id} (kernel {tag.kernel_id})")
         return cancelled
+
+    @staticmethod
+    def _asked_for(config: Config, runs: Mapping[str, Mapping[str, Any] | None]) -> str | None:
+        """What here uses Slurm, for the warning when it does not answer: a kernelspec, the
+        server's Slurm settings or a kernel job in the ledger. None: nothing does, and a Slurm
+        that does not answer is no news (a machine with Slurm's commands but no cluster)."""
+        names = []
+        for name, found in KernelSpecManager(config=config).get_all_specs().items():
+            provisioner = (found["spec"].get("metadata") or {}).get("kernel_provisioner") or {}
+            if (provisioner.get("provisioner_name") == PROVISIONER_NAME
+                    and (provisioner.get("config") or {}).get("placement") == "slurm"):
+                names.append(name)
+        if names:
+            return f"the kernels of kernelspec {', '.join(sorted(names))} are Slurm jobs"
+        for section in ("SlurmPlacement", "SlurmCommands"):
+            if config.get(section):
+                return f"c.{section} is set"
+        if any((run or {}).get("placement") == "slurm" for run in runs.values()):
+            return "the ledger holds Slurm kernel jobs"
+        return None
 
     @property
     def has_process(self) -> bool:
@@ -219,7 +253,12 @@ class SlurmPlacement(GPUCheckpointProvisioner):
         adopt = env.pop(ADOPT, None)
         self._adopt = json.loads(adopt) if adopt else None
         kwargs["env"] = env
-        if km.curve_publickey is None and zmq.has("curve"):
+        if km.curve_publickey is None:  # kept for the kernel's later runs, as the session key is
+            if not zmq.has("curve"):
+                raise StartFailed(PlacementError(
+                    "this pyzmq has no CurveZMQ (its libzmq lacks libsodium): a Slurm kernel's messages, which "
+                    "cross the network, would not be encrypted"))
+            # whatever the server's transport_encryption ("auto" and "required" ask for the same)
             km.curve_publickey, km.curve_secretkey = zmq.curve_keypair()
         # The server's own copy of the connection info (ports here are placeholders until
         # the job reports the ones it bound).

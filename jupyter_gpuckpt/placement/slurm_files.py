@@ -3,8 +3,9 @@ the owner: the job script, the connection file, the kernel's exit note of each r
 
 The connection file is written by the server with the session key, the CurveZMQ keypair
 and ports 0; the kernel binds ports on its node and writes them back into it (ipykernel
-does so for ports 0). The key is never on a command line, in the job script or in the job's
-environment, and the messages between the server and the kernel are encrypted (CurveZMQ).
+does so for ports 0). Neither key (the session key, the CurveZMQ secret key) is ever on a command
+line, in the job script or in the job's environment, and the messages between the server and the
+kernel are encrypted (CurveZMQ), whatever the server's ``transport_encryption``: they cross the network.
 """
 
 from __future__ import annotations

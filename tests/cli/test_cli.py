@@ -38,10 +38,15 @@ def _failed(result: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def _state(server: Server, kernel_id: str) -> str:
+def _listed(server: Server, kernel_id: str) -> list[str]:
+    """The kernel's row of ``list``: id, notebook, kernelspec, state, ... (no cell holds a space)."""
     rows = [line.split() for line in _ok(server.cli("list")).splitlines()]
-    assert rows[0][:3] == ["KERNEL", "ID", "KERNELSPEC"]
-    return next(row[2] for row in rows[1:] if row[0] == kernel_id)
+    assert rows[0][:4] == ["KERNEL", "ID", "NOTEBOOK", "KERNELSPEC"]
+    return next(row for row in rows[1:] if row[0] == kernel_id)
+
+
+def _state(server: Server, kernel_id: str) -> str:
+    return _listed(server, kernel_id)[3]
 
 
 def _closed_port() -> int:
@@ -102,7 +107,8 @@ def test_checkpoint_suspend_resume_round_trip(server: Server, kernelspec: Path) 
     out = _ok(server.cli("checkpoint", kernel_id))
     assert out.startswith(f"Checkpointed {kernel_id} in ")
     checkpoints = _ok(server.cli("checkpoints", kernel_id)).splitlines()
-    assert checkpoints[0].split()[:2] == ["ID", "CREATED"] and len(checkpoints) == 2
+    assert checkpoints[0] == f"Kernel {kernel_id}, no notebook"  # started without a session
+    assert checkpoints[1].split()[:2] == ["ID", "CREATED"] and len(checkpoints) == 3
     assert json.loads(_ok(server.cli("checkpoints", kernel_id, "--json")))[0]["variables"] == 1
 
     out = _ok(server.cli("suspend", kernel_id[:8]))  # a unique prefix is enough
@@ -122,6 +128,17 @@ def test_checkpoint_suspend_resume_round_trip(server: Server, kernelspec: Path) 
     out = _ok(server.cli("suspend", kernel_id, "--mode", "park"))  # no CUDA driver here: suspended, and why
     assert out.startswith(f"Suspended {kernel_id} in ") and "The kernel could not be parked (" in out
     assert _state(server, kernel_id) == "suspended"
+
+
+def test_kernels_are_listed_with_the_notebooks_that_use_them(server: Server, kernelspec: Path) -> None:
+    session = server.api("POST", "api/sessions", {"path": "work/analysis.ipynb", "name": "analysis.ipynb",
+                                                  "type": "notebook", "kernel": {"name": KERNEL_NAME}})
+    kernel_id = str(session["kernel"]["id"])
+    bare = server.start_kernel()  # no session: no notebook to name
+    assert _listed(server, kernel_id)[1:3] == ["work/analysis.ipynb", KERNEL_NAME]
+    assert _listed(server, bare)[1:3] == ["-", KERNEL_NAME]
+    shown = _ok(server.cli("checkpoints", kernel_id[:8])).splitlines()
+    assert shown == [f"Kernel {kernel_id}, notebook work/analysis.ipynb", "No checkpoints."]
 
 
 def test_rebuild_reruns_what_a_resume_could_not_restore(server: Server, kernelspec: Path) -> None:
@@ -235,9 +252,11 @@ def test_help_lists_the_subcommands_and_their_options(tmp_path: Path) -> None:
     assert bare.returncode == 1 and all(f"\n{command}\n" in bare.stdout for command in commands)
     suspend = _ok(_gpuckpt(tmp_path, "suspend", "--help"))
     assert suspend.startswith("Usage: jupyter gpuckpt suspend KERNEL_ID [options]")
-    for option in ("--mode=<Enum>", "--no-wait", "--url=<Unicode>", "--token=<Unicode>", "--config=<Unicode>",
+    for option in ("--mode=<OptionEnum>", "--no-wait", "--url=<Unicode>", "--token=<Unicode>", "--config=<Unicode>",
                    "[--SuspendKernel.mode]"):
         assert option in suspend, option
+    assert "Default: the found server's own (from its info file; $JUPYTER_TOKEN may be another server's)" in " ".join(
+        suspend.split())  # why $JUPYTER_TOKEN does not win over a found server's token
     assert "--sbatch-arg=<list-item-1>..." in _ok(_gpuckpt(tmp_path, "install-kernelspec", "--help"))
 
 
@@ -247,7 +266,9 @@ def test_argument_errors_are_one_line_and_exit_2(tmp_path: Path) -> None:
                           (("bogus",), "jupyter gpuckpt: unknown command 'bogus'; one of: list, checkpoint, "),
                           (("suspend",), "jupyter gpuckpt suspend: the following arguments are required: KERNEL_ID"),
                           (("resume", "a", "b"), "jupyter gpuckpt resume: unrecognized arguments: b"),
-                          (("suspend", "a", "--mode=stop"), "jupyter gpuckpt suspend: The 'mode' trait of a "),
+                          (("suspend", "a", "--mode=stop"),
+                           "jupyter gpuckpt suspend: --mode: 'stop' is not one of park, suspend (see `jupyter "
+                           "gpuckpt suspend --help`)"),
                           (("replay", "--config", str(tmp_path / "none.py")),
                            f"jupyter gpuckpt replay: --config: {tmp_path / 'none.py'} is not a file")):
         result = _gpuckpt(tmp_path, *args)

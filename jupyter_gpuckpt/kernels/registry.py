@@ -59,6 +59,14 @@ class KernelRegistry:
                 raise
             raise KernelNotFound(f"Kernel does not exist: {kernel_id}") from None  # jupyter_server's words
 
+    def shutting_down(self, kernel_id: str) -> bool:
+        """Whether the kernel is gone or being shut down (a ``DELETE`` under way: jupyter_client
+        sets ``shutting_down`` as it starts), so that no operation starts on it or waits on it."""
+        try:
+            return bool(getattr(self.km(kernel_id), "shutting_down", False))
+        except KernelNotFound:
+            return True
+
     def provisioner(self, kernel_id: str) -> GPUCheckpointProvisioner | None:
         provisioner = getattr(self.km(kernel_id), "provisioner", None)
         return provisioner if isinstance(provisioner, GPUCheckpointProvisioner) else None

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuckpt_store import CheckpointStore
 
-from ..errors import NotSuspendable, OperationFailed, ParkFailed, ParkUnsupported, WrongState
+from ..errors import KernelNotFound, NotSuspendable, OperationFailed, ParkFailed, ParkUnsupported, WrongState
 from ..kernels import activity, kernel_calls
 from ..kernels.lifecycle import KernelRecord, State
 from ..kernels.record_parts import DURABLE, STAGED, CheckpointRef
@@ -39,7 +39,7 @@ class KernelOperations(OperationRunner):
         Raises
         ------
         KernelNotFound
-            No such kernel.
+            No such kernel, or it is being shut down.
         NotSuspendable
             A suspend (or park) of a kernel not started with a gpuckpt kernelspec.
         WrongState
@@ -47,6 +47,8 @@ class KernelOperations(OperationRunner):
         StoreUnavailable
             A checkpoint or a suspend of a running kernel, and the store cannot be written.
         """
+        if self.registry.shutting_down(kernel_id):
+            raise KernelNotFound(f"kernel {kernel_id} is being shut down")
         record = self.registry.record(kernel_id)
         provisioner = self.registry.provisioner(kernel_id)
         if action == "suspend":
@@ -259,15 +261,24 @@ class KernelOperations(OperationRunner):
         return result
 
     async def _kernel_info(self, kernel_id: str) -> dict[str, Any]:
-        """The kernel's ``kernel_info`` reply, which the websocket answers with while it is away."""
-        client = self.registry.km(kernel_id).client()
+        """The kernel's ``kernel_info`` reply, which the websocket answers with while it is away;
+        asked again each second, so that a kernel shut down or ended meanwhile fails the wait at
+        once rather than after ``ready_timeout``."""
+        km = self.registry.km(kernel_id)
+        client = km.client()
         client.session.session = f"{kernel_calls.INTERNAL_SESSION_PREFIX}info"
         client.start_channels(stdin=False, hb=False, control=False)
+        deadline = time.monotonic() + self.registry.settings.ready_timeout
         try:
-            reply = await client.kernel_info(reply=True, timeout=self.registry.settings.ready_timeout)
-            return dict(reply["content"])
-        except TimeoutError as e:
-            raise OperationFailed("the kernel did not answer kernel_info") from e
+            while True:
+                try:
+                    reply = await client.kernel_info(reply=True, timeout=1.0)
+                    return dict(reply["content"])
+                except TimeoutError:
+                    if self.registry.shutting_down(kernel_id) or not await km.is_alive():
+                        raise OperationFailed("the kernel's process ended before it answered kernel_info") from None
+                    if time.monotonic() > deadline:
+                        raise OperationFailed("the kernel did not answer kernel_info") from None
         finally:
             client.stop_channels()
 

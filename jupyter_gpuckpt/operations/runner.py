@@ -19,7 +19,7 @@ from typing import Any
 
 from gpuckpt_store import protocol
 
-from ..errors import GPUCheckpointError, OperationFailed, StoreUnavailable
+from ..errors import GPUCheckpointError, KernelNotFound, OperationFailed, StoreUnavailable
 from ..events import Emit
 from ..kernels import kernel_calls
 from ..kernels.lifecycle import KernelRecord, State
@@ -113,6 +113,9 @@ class OperationRunner:
             self.registry.records.save()
             self.emit(event, {"kernel_id": record.kernel_id, "phase": "failed", "reason": reason,
                               "error": message})
+            if isinstance(error, Exception) and self.registry.shutting_down(record.kernel_id):
+                # a DELETE ended it meanwhile: no failure of the operation's, the kernel is gone
+                raise KernelNotFound(f"kernel {record.kernel_id} was shut down during its {event}") from error
             if isinstance(error, Exception) and not isinstance(error, GPUCheckpointError):
                 raise OperationFailed(message) from error
             raise

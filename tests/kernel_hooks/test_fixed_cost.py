@@ -16,6 +16,7 @@ from kernel_processes import KernelFactory
 
 from gpuckpt_store.files import InBackground
 from kernel_hooks.blobs import ParallelIO
+from kernel_hooks.blobs.sizes import readers
 from kernel_hooks.errors import IncompatibleError
 from kernel_hooks.state import environment
 
@@ -131,7 +132,9 @@ def test_a_small_restore_touches_no_memory_beyond_what_it_restores(kernels: Kern
 
 def test_a_restore_starts_reader_threads_by_its_size(kernels: KernelFactory) -> None:
     """A fresh kernel starts the threads of its first restore, each start waiting for the
-    thread to run (10 ms for 8 threads on 2 loaded cores): 20 MB is read by 2, 100 MB by 8."""
+    thread to run (10 ms for 8 threads on 2 loaded cores): 20 MB is read by 2, 100 MB by up to 8
+    (the pool starts a thread only when none is idle, so a loaded machine may start fewer)."""
+    assert (readers(20 << 20, 8), readers(100 << 20, 8)) == (2, 8)
     threads = "sorted(t.name for t in __import__('threading').enumerate() if t.name.startswith('gpuckpt-io'))"
     started = {}
     for mb in (20, 100):
@@ -142,7 +145,7 @@ def test_a_restore_starts_reader_threads_by_its_size(kernels: KernelFactory) -> 
         k.ok(f"%gpuckpt restore {checkpoint}")
         assert k.value("int(values[-1])") == (mb << 17) - 1
         started[mb] = len(k.value(threads))
-    assert started == {20: 2, 100: 8}
+    assert started[20] <= 2 and 2 < started[100] <= 8, started
 
 
 def test_a_kernels_saves_share_their_io_threads(kernels: KernelFactory) -> None:

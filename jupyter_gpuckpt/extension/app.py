@@ -332,6 +332,11 @@ class GPUCheckpointApp(ExtensionApp):
         if data.get("action") == "start" and kernel_id in self.serverapp.kernel_manager:
             self.parts.registry.record(str(kernel_id))
         elif data.get("action") == "restart" and kernel_id in self.serverapp.kernel_manager:
+            record = self.parts.registry.records.get(str(kernel_id))
+            if record is not None and record.state in (State.SUSPENDED, State.FAILED):
+                # a fresh process with no state, as a restart means; the checkpoints stay listed
+                record.restarted()
+                self.parts.registry.records.save()
             # the user restarted it: a Slurm kernel now runs in a new job, elsewhere
             await self.parts.relocation.connection_changed(str(kernel_id))
         elif data.get("action") == "shutdown":

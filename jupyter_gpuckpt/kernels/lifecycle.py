@@ -124,6 +124,15 @@ class KernelRecord:
         self.last_error = reason
         self._become(state)
 
+    def restarted(self) -> None:
+        """The user restarted the kernel while it was suspended: a fresh process runs, with no
+        state; its checkpoints stay (listed, restorable), but nothing brings them back by itself."""
+        self.suspended_at = self.parked_at = None
+        self.pending_report = None
+        self.last_error = None
+        self._become(State.RUNNING)
+        self.back()
+
     def _become(self, state: State) -> None:
         self.state = state
         if self._changed is not None:

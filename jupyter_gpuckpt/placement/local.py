@@ -172,7 +172,9 @@ class LocalPlacement(GPUCheckpointProvisioner, LocalProvisioner):
         return await super().wait()
 
     async def shutdown_requested(self, restart: bool = False) -> None:
-        if self.suspended and not restart:  # nothing runs: the kernel is gone at once
+        # Nothing runs: the kernel is gone at once, and a restart (the user's "Restart Kernel")
+        # launches a fresh process with no state, as for any kernel.
+        if self.suspended:
             self.suspended = False
             await self.pool.release(self.kernel_id)
         await super().shutdown_requested(restart)

@@ -513,7 +513,7 @@ class SlurmPlacement(GPUCheckpointProvisioner):
 
     async def shutdown_requested(self, restart: bool = False) -> None:
         self.start_error = None  # a kernel that failed to start again ends at once
-        if self.suspended and not restart:
+        if self.suspended:  # no job runs: gone at once, and a restart starts a fresh job
             self.suspended = False
 
     async def cleanup(self, restart: bool = False) -> None:

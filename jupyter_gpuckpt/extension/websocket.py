@@ -141,6 +141,12 @@ class SuspendAwareConnection(ZMQChannelsWebsocketConnection):
             if not stream.closed():
                 stream.close()
         self.create_stream()
+        if getattr(self.kernel_manager, "execution_state", None) == "busy":
+            # what the process that was there last said: upstream's nudge skips a busy kernel,
+            # and IOPub's subscription to the new process then went unchecked (a cell's reply
+            # came, its output and idle never did); the new process has run nothing yet
+            self.log.info("gpuckpt: kernel %s moved while marked busy: its IOPub is checked anyway", self.kernel_id)
+            self.kernel_manager.execution_state = "idle"
         try:
             await self.nudge()
         finally:
